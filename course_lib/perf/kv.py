@@ -1,0 +1,170 @@
+"""KV-cache sizing and the memory plan a vLLM-style server makes at start-up.
+
+bytes per token = 2 (K and V) x layers x KV heads x head dim x bytes per element.
+At start-up the server keeps ``gpu_memory_utilization x GPU memory`` for itself, loads
+the weights, reserves room for the activation peak, and cuts what is left into KV blocks
+of ``block_size`` tokens. If nothing is left, or not even one ``max_model_len`` request
+fits, it refuses to start with an error that says what to change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from course_lib.checks import require_fraction, require_positive
+from course_lib.perf.hardware import GPU
+from course_lib.perf.models import ModelSpec
+from course_lib.perf.units import GiB, format_bytes
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+
+DEFAULT_ACTIVATION_RESERVE = 1 * GiB
+"""Stand-in for the activation peak vLLM measures with a profiling forward pass."""
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a dtype name such as 'bf16' or 'fp8'."""
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise KeyError(f"Unknown dtype {dtype!r}; choose one of {sorted(DTYPE_BYTES)}.") from None
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_element: float) -> float:
+    """KV-cache bytes one token occupies: 2 x layers x KV heads x head dim x bytes."""
+    for name, value in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("bytes_per_element", bytes_per_element),
+    ):
+        require_positive(name, value)
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_element
+
+
+def kv_heads_per_gpu(model: ModelSpec, tensor_parallel_size: int = 1) -> int:
+    """KV heads each GPU stores under tensor parallelism (replicated once TP exceeds them)."""
+    require_positive("tensor_parallel_size", tensor_parallel_size)
+    return math.ceil(model.num_kv_heads / tensor_parallel_size)
+
+
+def model_kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "fp16", tensor_parallel_size: int = 1) -> float:
+    """KV bytes per token for ``model`` on one GPU of a ``tensor_parallel_size`` group."""
+    return kv_bytes_per_token(
+        model.num_layers, kv_heads_per_gpu(model, tensor_parallel_size), model.head_dim, dtype_bytes(kv_dtype)
+    )
+
+
+def kv_bytes_per_sequence(model: ModelSpec, context_len: int, kv_dtype: str = "fp16") -> float:
+    """KV bytes for one sequence of ``context_len`` tokens."""
+    require_positive("context_len", context_len)
+    return context_len * model_kv_bytes_per_token(model, kv_dtype)
+
+
+def kv_bytes_per_batch(model: ModelSpec, context_len: int, batch_size: int, kv_dtype: str = "fp16") -> float:
+    """KV bytes for ``batch_size`` sequences of ``context_len`` tokens each."""
+    require_positive("batch_size", batch_size)
+    return batch_size * kv_bytes_per_sequence(model, context_len, kv_dtype)
+
+
+def weight_bytes(model: ModelSpec, dtype: str = "bf16", tensor_parallel_size: int = 1) -> float:
+    """Weight bytes per GPU: parameters x bytes per parameter / TP size."""
+    require_positive("tensor_parallel_size", tensor_parallel_size)
+    return model.num_params * dtype_bytes(dtype) / tensor_parallel_size
+
+
+class KVCacheMemoryError(ValueError):
+    """The server cannot start: the memory plan leaves too little room for KV blocks."""
+
+
+@dataclass(frozen=True)
+class KVCachePlan:
+    """What one GPU holds after start-up. Invariant: ``num_blocks * block_size >= max_model_len``."""
+
+    budget_bytes: float
+    weight_bytes: float
+    activation_reserve_bytes: float
+    kv_cache_bytes: float
+    block_size: int
+    block_bytes: float
+    num_blocks: int
+    max_model_len: int
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens the whole KV cache holds."""
+        return self.num_blocks * self.block_size
+
+    @property
+    def max_concurrency(self) -> float:
+        """How many ``max_model_len`` requests fit at once (vLLM logs this at start-up)."""
+        return self.max_tokens / self.max_model_len
+
+
+def plan_kv_cache(
+    model: ModelSpec,
+    gpu: GPU,
+    *,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    block_size: int = 16,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    tensor_parallel_size: int = 1,
+    activation_reserve_bytes: float = DEFAULT_ACTIVATION_RESERVE,
+) -> KVCachePlan:
+    """Carve one GPU's memory into KV blocks; raise KVCacheMemoryError if the server could not start.
+
+    ``max_model_len`` defaults to the model's longest context, ``kv_dtype`` to ``dtype``.
+    """
+    require_fraction("gpu_memory_utilization", gpu_memory_utilization)
+    require_positive("block_size", block_size)
+    max_model_len = model.max_context if max_model_len is None else max_model_len
+    require_positive("max_model_len", max_model_len)
+    if activation_reserve_bytes < 0:
+        raise ValueError(f"activation_reserve_bytes must be 0 or more, got {activation_reserve_bytes!r}.")
+
+    budget = gpu_memory_utilization * gpu.memory_bytes
+    weights = weight_bytes(model, dtype, tensor_parallel_size)
+    per_token = model_kv_bytes_per_token(model, kv_dtype or dtype, tensor_parallel_size)
+    block_bytes = per_token * block_size
+    kv_cache_bytes = budget - weights - activation_reserve_bytes
+    num_blocks = max(0, math.floor(kv_cache_bytes / block_bytes))
+    setting = (
+        f"{model.name} on {gpu.name} ({format_bytes(gpu.memory_bytes)}), "
+        f"gpu_memory_utilization={gpu_memory_utilization}, tensor_parallel_size={tensor_parallel_size}"
+    )
+    if num_blocks == 0:
+        raise KVCacheMemoryError(
+            f"No available memory for the cache blocks ({setting}). The server may use "
+            f"{gpu_memory_utilization} x {format_bytes(gpu.memory_bytes)} = {format_bytes(budget)}, "
+            f"but the {dtype} weights take {format_bytes(weights)} and the activation peak "
+            f"{format_bytes(activation_reserve_bytes)}, leaving {format_bytes(kv_cache_bytes)}. "
+            f"Fixes: raise gpu_memory_utilization (0.9 is the default); add tensor parallelism "
+            f"(tensor_parallel_size=2 halves the weights per GPU); use a GPU with more memory; "
+            f"or quantize the weights."
+        )
+    max_tokens = num_blocks * block_size
+    if max_tokens < max_model_len:
+        raise KVCacheMemoryError(
+            f"The KV cache cannot hold one request of max_model_len={max_model_len} tokens ({setting}). "
+            f"That request needs {max_model_len} x {format_bytes(per_token)} = "
+            f"{format_bytes(max_model_len * per_token)} of KV cache, but only "
+            f"{format_bytes(num_blocks * block_bytes)} is left ({num_blocks} blocks of {block_size} "
+            f"tokens = {max_tokens} tokens) after the weights ({format_bytes(weights)}) and the "
+            f"activation peak ({format_bytes(activation_reserve_bytes)}). "
+            f"Fixes: raise gpu_memory_utilization (0.9 is the default); lower max_model_len to "
+            f"{max_tokens} or less; lower max_num_seqs (a smaller activation peak); or add tensor "
+            f"parallelism (tensor_parallel_size=2 halves weights and KV heads per GPU)."
+        )
+    return KVCachePlan(
+        budget_bytes=budget,
+        weight_bytes=weights,
+        activation_reserve_bytes=activation_reserve_bytes,
+        kv_cache_bytes=kv_cache_bytes,
+        block_size=block_size,
+        block_bytes=block_bytes,
+        num_blocks=num_blocks,
+        max_model_len=max_model_len,
+    )

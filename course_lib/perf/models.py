@@ -1,0 +1,76 @@
+"""Model presets: the shapes that decide KV-cache and weight memory.
+
+Figures come from each model's published config (layers, attention heads, KV heads,
+head dimension, parameter count, longest supported context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from course_lib.checks import require_positive
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer as the memory planner sees it.
+
+    Invariant: ``num_heads`` is a multiple of ``num_kv_heads`` (MHA: equal; GQA: a group
+    of query heads shares one KV head; MQA: a single KV head).
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_params: float
+    max_context: int
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "num_params", "max_context"):
+            require_positive(f"{self.name}: {field}", getattr(self, field))
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})."
+            )
+
+    @property
+    def attention_kind(self) -> str:
+        """'MHA', 'GQA' or 'MQA', from the ratio of query heads to KV heads."""
+        if self.num_kv_heads == self.num_heads:
+            return "MHA"
+        return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+    def with_kv_heads(self, num_kv_heads: int) -> "ModelSpec":
+        """The same model with a different number of KV heads (for MHA/GQA/MQA comparisons)."""
+        return replace(self, name=f"{self.name} ({num_kv_heads} KV heads)", num_kv_heads=num_kv_heads)
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("Llama-3-8B", 32, 32, 8, 128, 8.03e9, 8192),
+        ModelSpec("Llama-3.1-8B", 32, 32, 8, 128, 8.03e9, 131072),
+        ModelSpec("Llama-3.1-70B", 80, 64, 8, 128, 70.6e9, 131072),
+        ModelSpec("Qwen2.5-7B", 28, 28, 4, 128, 7.62e9, 131072),
+        ModelSpec("Mistral-7B", 32, 32, 8, 128, 7.24e9, 32768),
+        ModelSpec("Llama-2-7B", 32, 32, 32, 128, 6.74e9, 4096),
+        ModelSpec("Falcon-7B", 32, 71, 1, 64, 7.22e9, 2048),
+    )
+}
+
+
+def get_model(name: str) -> ModelSpec:
+    """Look up a model preset by name; the error lists the known names."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"Unknown model {name!r}; choose one of {sorted(MODELS)}.") from None
+
+
+def attention_variants(base: ModelSpec) -> list[ModelSpec]:
+    """``base`` as MHA, GQA (its own KV heads, or 8) and MQA: same layers, heads and head size."""
+    gqa_heads = base.num_kv_heads if 1 < base.num_kv_heads < base.num_heads else 8
+    return [base.with_kv_heads(n) for n in (base.num_heads, gqa_heads, 1)]
