@@ -1,0 +1,6 @@
+"""Where the course's files live, wherever the notebook or test runs from."""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+QUIZ_DIR = REPO_ROOT / "quizzes"

@@ -1,0 +1,24 @@
+"""Plain-text rendering of a bank, for terminals, printouts and non-interactive runs."""
+
+from __future__ import annotations
+
+from course_lib.quiz.bank import Matching, MultiSelect, Numeric, QuizBank, SingleChoice, SpotTheBug
+
+
+def render_text(bank: QuizBank, show_answers: bool = False) -> str:
+    """The bank as numbered plain text; with ``show_answers`` each question ends with its answer."""
+    out = [bank.title, "=" * len(bank.title)]
+    for n, q in enumerate(bank.questions, start=1):
+        out.append(f"\n{n}. [{q.kind}] {q.prompt}")
+        if isinstance(q, (SingleChoice, MultiSelect)):
+            out += [f"   {chr(ord('a') + i)}) {o.text}" for i, o in enumerate(q.options)]
+        elif isinstance(q, Numeric):
+            out.append(f"   Answer in {q.unit}.")
+        elif isinstance(q, Matching):
+            out += [f"   - {left}" for left, _ in q.pairs]
+            out.append(f"   Match each with one of: {' | '.join(q.choices)}")
+        elif isinstance(q, SpotTheBug):
+            out += [f"   {i:>2} | {line}" for i, line in enumerate(q.lines, start=1)]
+        if show_answers:
+            out.append(f"   Answer: {q.solution_text()}")
+    return "\n".join(out)

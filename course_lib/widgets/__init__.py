@@ -1,0 +1,1 @@
+"""Teaching UI: ipywidgets views over results computed by the systems code."""

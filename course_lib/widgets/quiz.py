@@ -1,0 +1,128 @@
+"""Interactive quiz: one card per question, immediate feedback, answers kept in a Scorecard.
+
+Each card exposes its controls (``control``, ``check_button``, ``feedback``, and for
+spot-the-bug ``line_buttons``) so tests and graders can drive it like a learner would.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import ipywidgets as w
+
+from course_lib.quiz.bank import (
+    Feedback,
+    Matching,
+    MultiSelect,
+    Numeric,
+    Question,
+    QuizBank,
+    SingleChoice,
+    SpotTheBug,
+    load_bank,
+)
+from course_lib.quiz.scorecard import Scorecard
+from course_lib.quiz.text import render_text
+
+UNCHOSEN = "(choose)"
+_STYLE = w.HTML(
+    "<style>.course-code-line{text-align:left!important;font-family:monospace!important;"
+    "white-space:pre!important}</style>"
+)
+
+
+class QuestionCard(w.VBox):
+    """Prompt, answer control, check button and feedback for one question."""
+
+    def __init__(self, question: Question, scorecard: Scorecard, on_answer) -> None:
+        self.question, self.scorecard, self._on_answer = question, scorecard, on_answer
+        self.feedback = w.HTML()
+        self.check_button = w.Button(description="Check", button_style="primary")
+        self.check_button.on_click(lambda _: self.submit())
+        self.line_buttons: list[w.Button] = []
+        self.control = self._build_control()
+        prompt = w.HTML(f"<b>{html.escape(question.prompt)}</b>")
+        buttons = [] if isinstance(question, SpotTheBug) else [self.check_button]
+        super().__init__([prompt, self.control, *buttons, self.feedback], layout=w.Layout(margin="0 0 14px 0"))
+
+    def _build_control(self) -> w.Widget:
+        q = self.question
+        if isinstance(q, SingleChoice):
+            return w.RadioButtons(options=[(o.text, i) for i, o in enumerate(q.options)], value=None,
+                                  layout=w.Layout(width="max-content"))
+        if isinstance(q, MultiSelect):
+            return w.VBox([w.Checkbox(description=o.text, value=False, indent=False) for o in q.options])
+        if isinstance(q, Numeric):
+            return w.HBox([w.FloatText(value=0.0, layout=w.Layout(width="14em")), w.Label(q.unit)])
+        if isinstance(q, Matching):
+            return w.VBox([
+                w.HBox([w.Label(left, layout=w.Layout(width="22em")),
+                        w.Dropdown(options=[UNCHOSEN, *q.choices], value=UNCHOSEN)])
+                for left, _ in q.pairs
+            ])
+        if isinstance(q, SpotTheBug):
+            for number, line in enumerate(q.lines, start=1):
+                button = w.Button(description=f"{number:>2}  {line}", layout=w.Layout(width="100%"),
+                                  tooltip="Click the faulty line")
+                button.add_class("course-code-line")
+                button.on_click(lambda _, n=number: self.submit(n))
+                self.line_buttons.append(button)
+            return w.VBox([_STYLE, *self.line_buttons])
+        raise TypeError(f"No card for question kind {q.kind!r}.")
+
+    def current_answer(self):
+        """The answer the controls hold now, or None if the learner has not answered."""
+        q, c = self.question, self.control
+        if isinstance(q, SingleChoice):
+            return c.value
+        if isinstance(q, MultiSelect):
+            return {i for i, box in enumerate(c.children) if box.value}
+        if isinstance(q, Numeric):
+            return c.children[0].value
+        if isinstance(q, Matching):
+            chosen = {left: row.children[1].value for (left, _), row in zip(q.pairs, c.children)}
+            return None if UNCHOSEN in chosen.values() else chosen
+        raise TypeError("spot-the-bug cards are answered by clicking a line")
+
+    def submit(self, answer=None) -> Feedback | None:
+        """Check the given answer (or the controls' current one), show and record the feedback."""
+        answer = self.current_answer() if answer is None else answer
+        if answer is None or answer == set():
+            self.feedback.value = "<span style='color:#a15c00'>Pick an answer first.</span>"
+            return None
+        feedback = self.scorecard.answer(self.question.id, answer)
+        color, mark = ("#1a7f37", "✓") if feedback.correct else ("#cf222e", "✗")
+        self.feedback.value = f"<span style='color:{color}'>{mark} {html.escape(feedback.message)}</span>"
+        self._on_answer()
+        return feedback
+
+
+class QuizWidget(w.VBox):
+    """A whole bank as cards with a running score. ``scorecard`` holds the answers."""
+
+    def __init__(self, bank: QuizBank) -> None:
+        self.bank = bank
+        self.scorecard = Scorecard(bank)
+        self.score_label = w.HTML()
+        self.cards = {q.id: QuestionCard(q, self.scorecard, self._refresh) for q in bank.questions}
+        self._refresh()
+        super().__init__([w.HTML(f"<h3>{html.escape(bank.title)}</h3>"), *self.cards.values(), self.score_label])
+
+    def _refresh(self) -> None:
+        self.score_label.value = f"<b>Score:</b> {html.escape(self.scorecard.summary())}"
+
+    def as_text(self, show_answers: bool = False) -> str:
+        """The same quiz as plain text."""
+        return render_text(self.bank, show_answers)
+
+    def _repr_mimebundle_(self, **kwargs):
+        """Widget view where a front end can show it; the quiz as text everywhere else."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = self.as_text()
+        return bundle
+
+
+def show_quiz(name_or_path: str | Path) -> QuizWidget:
+    """Load ``quizzes/NAME.yaml`` (or a path) as an interactive quiz; display the result in a cell."""
+    return QuizWidget(load_bank(name_or_path))

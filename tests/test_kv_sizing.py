@@ -1,0 +1,123 @@
+import pytest
+
+from course_lib.perf.hardware import get_gpu
+from course_lib.perf.kv import (
+    KVCacheMemoryError,
+    kv_bytes_per_batch,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    model_kv_bytes_per_token,
+    plan_kv_cache,
+    weight_bytes,
+)
+from course_lib.perf.models import ModelSpec, attention_variants, get_model
+from course_lib.perf.units import GiB, KiB, MiB, format_bytes
+
+
+@pytest.mark.parametrize(
+    "model, dtype, expected",
+    [
+        ("Llama-3-8B", "fp16", 131072),  # 2*32*8*128*2
+        ("Llama-3.1-70B", "bf16", 327680),  # 2*80*8*128*2
+        ("Qwen2.5-7B", "bf16", 57344),  # 2*28*4*128*2
+        ("Mistral-7B", "fp16", 131072),
+        ("Llama-2-7B", "fp16", 524288),  # MHA: 2*32*32*128*2
+        ("Falcon-7B", "bf16", 8192),  # MQA: 2*32*1*64*2
+        ("Llama-3-8B", "fp8", 65536),
+    ],
+)
+def test_kv_bytes_per_token_matches_the_formula(model, dtype, expected):
+    assert model_kv_bytes_per_token(get_model(model), dtype) == expected
+
+
+def test_llama3_8b_sequence_and_batch_sizes():
+    model = get_model("Llama-3-8B")
+    assert kv_bytes_per_sequence(model, 2048) == 256 * MiB
+    assert kv_bytes_per_batch(model, 2048, 8) == 2 * GiB
+
+
+def test_mha_gqa_mqa_scale_with_kv_heads():
+    sizes = [model_kv_bytes_per_token(m) for m in attention_variants(get_model("Llama-3-8B"))]
+    assert sizes == [512 * KiB, 128 * KiB, 16 * KiB]
+    assert [m.attention_kind for m in attention_variants(get_model("Llama-3-8B"))] == ["MHA", "GQA", "MQA"]
+
+
+def test_tensor_parallelism_splits_weights_and_kv_heads():
+    model = get_model("Llama-3.1-70B")
+    assert weight_bytes(model, "bf16", 4) == pytest.approx(70.6e9 * 2 / 4)
+    assert model_kv_bytes_per_token(model, "bf16", 4) == 327680 / 4
+    # More GPUs than KV heads: heads are replicated, never fewer than one per GPU.
+    assert model_kv_bytes_per_token(model, "bf16", 16) == 327680 / 8
+
+
+@pytest.mark.parametrize("args", [(0, 8, 128, 2), (32, -1, 128, 2), (32, 8, 0, 2), (32, 8, 128, 0)])
+def test_non_positive_sizes_are_rejected(args):
+    with pytest.raises(ValueError, match="must be a positive number"):
+        kv_bytes_per_token(*args)
+
+
+def test_bad_model_spec_and_unknown_names_explain_the_fix():
+    with pytest.raises(ValueError, match="multiple of num_kv_heads"):
+        ModelSpec("odd", 2, 6, 4, 64, 1e6, 128)
+    with pytest.raises(KeyError, match="choose one of"):
+        get_model("GPT-9")
+    with pytest.raises(KeyError, match="choose one of"):
+        get_gpu("TPU")
+
+
+def test_plan_default_settings_on_h100():
+    plan = plan_kv_cache(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"))
+    expected_kv = 0.9 * 80 * GiB - 8.03e9 * 2 - 1 * GiB
+    assert plan.kv_cache_bytes == pytest.approx(expected_kv)
+    assert plan.num_blocks == int(expected_kv // (16 * 128 * KiB))
+    assert plan.max_tokens == plan.num_blocks * 16
+    assert plan.max_concurrency == pytest.approx(plan.max_tokens / 131072)
+    assert plan.max_concurrency > 3
+
+
+def test_startup_bug_on_a_40gb_gpu_leaves_no_cache_blocks():
+    with pytest.raises(KVCacheMemoryError) as error:
+        plan_kv_cache(get_model("Llama-3.1-8B"), get_gpu("A100-40GB"), gpu_memory_utilization=0.30,
+                      max_model_len=131072)
+    message = str(error.value)
+    assert "No available memory for the cache blocks" in message
+    assert "12.0 GiB" in message and "15.0 GiB" in message  # budget below the weights
+    assert "raise gpu_memory_utilization" in message and "tensor_parallel_size" in message
+
+
+def test_startup_bug_on_an_80gb_gpu_fits_fewer_tokens_than_one_request():
+    model, gpu = get_model("Llama-3.1-8B"), get_gpu("H100-80GB")
+    with pytest.raises(KVCacheMemoryError) as error:
+        plan_kv_cache(model, gpu, gpu_memory_utilization=0.30, max_model_len=131072)
+    message = str(error.value)
+    assert "16.0 GiB" in message  # 131072 tokens x 128 KiB
+    for fix in ("raise gpu_memory_utilization", "lower max_model_len", "max_num_seqs", "tensor parallelism"):
+        assert fix in message
+    # The limit the message suggests really does start.
+    suggested = int(message.split("lower max_model_len to ")[1].split(" ")[0])
+    plan = plan_kv_cache(model, gpu, gpu_memory_utilization=0.30, max_model_len=suggested)
+    assert plan.max_tokens == suggested
+    with pytest.raises(KVCacheMemoryError):
+        plan_kv_cache(model, gpu, gpu_memory_utilization=0.30, max_model_len=suggested + 1)
+
+
+def test_each_fix_from_the_message_lets_the_server_start():
+    model, gpu = get_model("Llama-3.1-8B"), get_gpu("H100-80GB")
+    assert plan_kv_cache(model, gpu, gpu_memory_utilization=0.9, max_model_len=131072).num_blocks > 8192
+    assert plan_kv_cache(model, gpu, gpu_memory_utilization=0.30, max_model_len=32768).max_concurrency > 1
+    assert plan_kv_cache(model, gpu, gpu_memory_utilization=0.30, max_model_len=131072,
+                         tensor_parallel_size=2).max_concurrency >= 1
+
+
+@pytest.mark.parametrize("bad", [{"gpu_memory_utilization": 0}, {"gpu_memory_utilization": 1.2},
+                                 {"block_size": 0}, {"max_model_len": -5}, {"activation_reserve_bytes": -1}])
+def test_plan_rejects_bad_settings(bad):
+    with pytest.raises(ValueError):
+        plan_kv_cache(get_model("Llama-3-8B"), get_gpu("H100-80GB"), **bad)
+
+
+def test_format_bytes_picks_binary_units():
+    assert format_bytes(131072) == "128.0 KiB"
+    assert format_bytes(16 * GiB) == "16.0 GiB"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(-2 * MiB) == "-2.0 MiB"
