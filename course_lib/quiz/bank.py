@@ -52,11 +52,14 @@ class _Fields:
                 raise self.fail(f"missing field '{key}'.")
             return default
         value = self.data[key]
-        if isinstance(value, bool) and kind in (int, float, (int, float)):
-            raise self.fail(f"field '{key}' must be a number, got {value!r}.")
-        if not isinstance(value, kind):
-            raise self.fail(f"field '{key}' has the wrong type ({type(value).__name__}).")
+        numeric = kind in (int, (int, float))
+        if not isinstance(value, kind) or (numeric and isinstance(value, bool)):
+            raise self.fail(f"field '{key}' must be {_TYPE_WORDS[kind]}, got {value!r}.")
         return value
+
+
+_TYPE_WORDS = {str: "text", bool: "true or false", int: "a whole number", (int, float): "a number",
+               list: "a list", dict: "a mapping"}
 
 
 @dataclass(frozen=True)
