@@ -115,10 +115,14 @@ class SharingReport:
         return 1 - self.shared_blocks / self.unshared_blocks
 
 
-def parallel_sampling_report(
+def run_parallel_sampling(
     prompt_len: int, num_samples: int, output_len: int, block_size: int = 16
-) -> SharingReport:
-    """Run parallel sampling through real block tables and count blocks at the end of generation."""
+) -> CopyOnWriteBlockTables:
+    """Fork ``num_samples`` samples from one prompt and let each write ``output_len`` different tokens.
+
+    Samples write in turn, one token each per step, as a batched decode would; the tables
+    are returned as they stand at the end of generation (sequences ``sample0``...).
+    """
     for name, value in (("prompt_len", prompt_len), ("num_samples", num_samples), ("output_len", output_len)):
         require_positive(name, value)
     per_sample = blocks_for(prompt_len + output_len, block_size)
@@ -129,4 +133,13 @@ def parallel_sampling_report(
     for step in range(output_len):
         for i in range(num_samples):
             tables.append_token(f"sample{i}", 100_000 * (i + 1) + step)  # every sample diverges
-    return SharingReport(num_samples, tables.num_used_blocks, num_samples * per_sample, len(tables.copies))
+    return tables
+
+
+def parallel_sampling_report(
+    prompt_len: int, num_samples: int, output_len: int, block_size: int = 16
+) -> SharingReport:
+    """Blocks held at the end of parallel sampling, versus each sample copying the prompt."""
+    tables = run_parallel_sampling(prompt_len, num_samples, output_len, block_size)
+    unshared = num_samples * blocks_for(prompt_len + output_len, block_size)
+    return SharingReport(num_samples, tables.num_used_blocks, unshared, len(tables.copies))

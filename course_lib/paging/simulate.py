@@ -19,6 +19,66 @@ from course_lib.paging.report import MemoryReport, measure
 from course_lib.paging.trace import TraceRequest
 
 
+class TraceReplay:
+    """One allocator serving requests step by step. Invariant: every running request is live
+    in the allocator and has not reached its final length; waiting ones hold nothing."""
+
+    def __init__(self, allocator: KVAllocator) -> None:
+        self.allocator = allocator
+        self.waiting: deque[TraceRequest] = deque()
+        self.running: list[TraceRequest] = []
+        self.final_lengths: dict[str, int] = {}
+        self.finished = 0
+        self.preemptions = 0
+
+    def submit(self, request: TraceRequest) -> None:
+        """Queue a request at the back of the waiting line."""
+        self.final_lengths[request.req_id] = request.final_len
+        self.waiting.append(request)
+
+    def admit(self) -> list[TraceRequest]:
+        """Admit waiting requests in order, stopping at the first that does not fit."""
+        admitted = []
+        while self.waiting:
+            head = self.waiting[0]
+            limit = min(self.allocator.max_model_len, head.prompt_len + head.max_tokens)
+            if not self.allocator.can_admit(head.prompt_len, limit):
+                break
+            self.allocator.admit(head.req_id, head.prompt_len, head.max_tokens)
+            self.running.append(self.waiting.popleft())
+            admitted.append(head)
+        return admitted
+
+    def decode_step(self) -> None:
+        """Every running request stores one token; finished ones are freed, and on a full
+        paged pool the newest running request is preempted until the token fits."""
+        for request in list(self.running):
+            if request not in self.running:
+                continue  # preempted earlier in this step
+            if not self._append_or_preempt(request):
+                continue
+            if self.allocator.lengths[request.req_id] == request.final_len:
+                self.allocator.free(request.req_id)
+                self.running.remove(request)
+                self.finished += 1
+
+    def _append_or_preempt(self, request: TraceRequest) -> bool:
+        while True:
+            try:
+                self.allocator.append_token(request.req_id)
+                return True
+            except PoolExhausted:
+                victim = self.running.pop()
+                self.allocator.free(victim.req_id)
+                self.waiting.appendleft(victim)
+                self.preemptions += 1
+                if victim is request:
+                    return False
+
+    def report(self) -> MemoryReport:
+        return measure(self.allocator, self.final_lengths)
+
+
 @dataclass(frozen=True)
 class SimulationResult:
     """Per-step snapshots of one allocator under one trace."""
@@ -55,41 +115,16 @@ def simulate(
     on_step: Callable[[int], None] | None = None,
 ) -> SimulationResult:
     """Run ``num_steps`` decode steps of ``trace`` through ``allocator`` (all requests arrive at step 0)."""
-    waiting: deque[TraceRequest] = deque(trace)
-    running: list[TraceRequest] = []
-    finals = {r.req_id: r.final_len for r in trace}
+    replay = TraceReplay(allocator)
+    for request in trace:
+        replay.submit(request)
     snapshots, saturated = [], []
-    finished = preemptions = 0
     for step in range(num_steps):
-        while waiting and allocator.can_admit(waiting[0].prompt_len, _limit(allocator, waiting[0])):
-            request = waiting.popleft()
-            allocator.admit(request.req_id, request.prompt_len, request.max_tokens)
-            running.append(request)
-        for request in list(running):
-            if request not in running:
-                continue  # preempted earlier in this step
-            while True:
-                try:
-                    allocator.append_token(request.req_id)
-                    break
-                except PoolExhausted:
-                    victim = running.pop()
-                    allocator.free(victim.req_id)
-                    waiting.appendleft(victim)
-                    preemptions += 1
-                    if victim is request:
-                        break
-            if request in running and allocator.lengths[request.req_id] == request.final_len:
-                allocator.free(request.req_id)
-                running.remove(request)
-                finished += 1
-        snapshots.append(measure(allocator, finals))
-        if waiting:
+        replay.admit()
+        replay.decode_step()
+        snapshots.append(replay.report())
+        if replay.waiting:
             saturated.append(step)
         if on_step is not None:
             on_step(step)
-    return SimulationResult(snapshots, saturated, finished, preemptions)
-
-
-def _limit(allocator: KVAllocator, request: TraceRequest) -> int:
-    return min(allocator.max_model_len, request.prompt_len + request.max_tokens)
+    return SimulationResult(snapshots, saturated, replay.finished, replay.preemptions)

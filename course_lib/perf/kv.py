@@ -80,8 +80,10 @@ class KVCacheMemoryError(ValueError):
 
 @dataclass(frozen=True)
 class KVCachePlan:
-    """What one GPU holds after start-up. Invariant: ``num_blocks * block_size >= max_model_len``."""
+    """How one GPU's memory splits at start-up. ``num_blocks`` may be 0 here; ``plan_kv_cache``
+    only returns plans with ``num_blocks * block_size >= max_model_len``."""
 
+    gpu_memory_bytes: float
     budget_bytes: float
     weight_bytes: float
     activation_reserve_bytes: float
@@ -90,6 +92,10 @@ class KVCachePlan:
     block_bytes: float
     num_blocks: int
     max_model_len: int
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.block_bytes / self.block_size
 
     @property
     def max_tokens(self) -> int:
@@ -102,7 +108,7 @@ class KVCachePlan:
         return self.max_tokens / self.max_model_len
 
 
-def plan_kv_cache(
+def split_memory(
     model: ModelSpec,
     gpu: GPU,
     *,
@@ -114,7 +120,7 @@ def plan_kv_cache(
     tensor_parallel_size: int = 1,
     activation_reserve_bytes: float = DEFAULT_ACTIVATION_RESERVE,
 ) -> KVCachePlan:
-    """Carve one GPU's memory into KV blocks; raise KVCacheMemoryError if the server could not start.
+    """Split one GPU's memory into weights, activation peak and KV blocks, without judging the result.
 
     ``max_model_len`` defaults to the model's longest context, ``kv_dtype`` to ``dtype``.
     """
@@ -124,47 +130,54 @@ def plan_kv_cache(
     require_positive("max_model_len", max_model_len)
     if activation_reserve_bytes < 0:
         raise ValueError(f"activation_reserve_bytes must be 0 or more, got {activation_reserve_bytes!r}.")
-
     budget = gpu_memory_utilization * gpu.memory_bytes
     weights = weight_bytes(model, dtype, tensor_parallel_size)
-    per_token = model_kv_bytes_per_token(model, kv_dtype or dtype, tensor_parallel_size)
-    block_bytes = per_token * block_size
+    block_bytes = model_kv_bytes_per_token(model, kv_dtype or dtype, tensor_parallel_size) * block_size
     kv_cache_bytes = budget - weights - activation_reserve_bytes
-    num_blocks = max(0, math.floor(kv_cache_bytes / block_bytes))
-    setting = (
-        f"{model.name} on {gpu.name} ({format_bytes(gpu.memory_bytes)}), "
-        f"gpu_memory_utilization={gpu_memory_utilization}, tensor_parallel_size={tensor_parallel_size}"
-    )
-    if num_blocks == 0:
-        raise KVCacheMemoryError(
-            f"No available memory for the cache blocks ({setting}). The server may use "
-            f"{gpu_memory_utilization} x {format_bytes(gpu.memory_bytes)} = {format_bytes(budget)}, "
-            f"but the {dtype} weights take {format_bytes(weights)} and the activation peak "
-            f"{format_bytes(activation_reserve_bytes)}, leaving {format_bytes(kv_cache_bytes)}. "
-            f"Fixes: raise gpu_memory_utilization (0.9 is the default); add tensor parallelism "
-            f"(tensor_parallel_size=2 halves the weights per GPU); use a GPU with more memory; "
-            f"or quantize the weights."
-        )
-    max_tokens = num_blocks * block_size
-    if max_tokens < max_model_len:
-        raise KVCacheMemoryError(
-            f"The KV cache cannot hold one request of max_model_len={max_model_len} tokens ({setting}). "
-            f"That request needs {max_model_len} x {format_bytes(per_token)} = "
-            f"{format_bytes(max_model_len * per_token)} of KV cache, but only "
-            f"{format_bytes(num_blocks * block_bytes)} is left ({num_blocks} blocks of {block_size} "
-            f"tokens = {max_tokens} tokens) after the weights ({format_bytes(weights)}) and the "
-            f"activation peak ({format_bytes(activation_reserve_bytes)}). "
-            f"Fixes: raise gpu_memory_utilization (0.9 is the default); lower max_model_len to "
-            f"{max_tokens} or less; lower max_num_seqs (a smaller activation peak); or add tensor "
-            f"parallelism (tensor_parallel_size=2 halves weights and KV heads per GPU)."
-        )
     return KVCachePlan(
+        gpu_memory_bytes=gpu.memory_bytes,
         budget_bytes=budget,
         weight_bytes=weights,
         activation_reserve_bytes=activation_reserve_bytes,
         kv_cache_bytes=kv_cache_bytes,
         block_size=block_size,
         block_bytes=block_bytes,
-        num_blocks=num_blocks,
+        num_blocks=max(0, math.floor(kv_cache_bytes / block_bytes)),
         max_model_len=max_model_len,
     )
+
+
+def plan_kv_cache(model: ModelSpec, gpu: GPU, **settings) -> KVCachePlan:
+    """The memory split a server starts with; raise KVCacheMemoryError, stating the numbers and
+    the fixes, where a real server would refuse to start. ``settings`` are ``split_memory``'s."""
+    plan = split_memory(model, gpu, **settings)
+    dtype = settings.get("dtype", "bf16")
+    setting = (
+        f"{model.name} on {gpu.name} ({format_bytes(gpu.memory_bytes)}), "
+        f"gpu_memory_utilization={settings.get('gpu_memory_utilization', 0.9)}, "
+        f"tensor_parallel_size={settings.get('tensor_parallel_size', 1)}"
+    )
+    if plan.num_blocks == 0:
+        raise KVCacheMemoryError(
+            f"No available memory for the cache blocks ({setting}). The server may use "
+            f"{format_bytes(plan.budget_bytes)} of {format_bytes(gpu.memory_bytes)}, "
+            f"but the {dtype} weights take {format_bytes(plan.weight_bytes)} and the activation peak "
+            f"{format_bytes(plan.activation_reserve_bytes)}, leaving {format_bytes(plan.kv_cache_bytes)}. "
+            f"Fixes: raise gpu_memory_utilization (0.9 is the default); add tensor parallelism "
+            f"(tensor_parallel_size=2 halves the weights per GPU); use a GPU with more memory; "
+            f"or quantize the weights."
+        )
+    if plan.max_tokens < plan.max_model_len:
+        raise KVCacheMemoryError(
+            f"The KV cache cannot hold one request of max_model_len={plan.max_model_len} tokens ({setting}). "
+            f"That request needs {plan.max_model_len} x {format_bytes(plan.bytes_per_token)} = "
+            f"{format_bytes(plan.max_model_len * plan.bytes_per_token)} of KV cache, but only "
+            f"{format_bytes(plan.num_blocks * plan.block_bytes)} is left ({plan.num_blocks} blocks of "
+            f"{plan.block_size} tokens = {plan.max_tokens} tokens) after the weights "
+            f"({format_bytes(plan.weight_bytes)}) and the activation peak "
+            f"({format_bytes(plan.activation_reserve_bytes)}). "
+            f"Fixes: raise gpu_memory_utilization (0.9 is the default); lower max_model_len to "
+            f"{plan.max_tokens} or less; lower max_num_seqs (a smaller activation peak); or add tensor "
+            f"parallelism (tensor_parallel_size=2 halves weights and KV heads per GPU)."
+        )
+    return plan

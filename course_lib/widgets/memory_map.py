@@ -1,0 +1,106 @@
+"""Pictures of KV memory: the two allocators' pools and copy-on-write block tables.
+
+Each function draws onto a matplotlib Axes and returns it, so notebooks can place them
+side by side; colors follow the request, shades show stored versus held-but-empty slots.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch, Rectangle
+
+from course_lib.paging.block_table import CopyOnWriteBlockTables
+from course_lib.paging.paged import PagedAllocator
+from course_lib.paging.reserve_for_max import ReserveForMaxAllocator
+
+STORED_ALPHA, HELD_ALPHA = 0.95, 0.25
+STRANDED = "#d62728"
+
+
+def _color(req_id: str):
+    return plt.get_cmap("tab20")(int("".join(c for c in req_id if c.isdigit()) or 0) % 20)
+
+
+def draw_reserve_for_max(ax, pool: ReserveForMaxAllocator, rows: int = 8):
+    """The pool as ``rows`` strips of contiguous slots: each region's stored tokens solid,
+    its reserved-but-empty tail pale, and free slots outside the largest hole red-hatched."""
+    row_len = -(-pool.capacity_tokens // rows)
+    regions = pool.regions()
+    largest = max((r for r in regions if r.owner is None), key=lambda r: r.length, default=None)
+
+    def strip(start: int, length: int, **style) -> None:
+        while length > 0:  # a region may wrap onto the next strip
+            row, col = divmod(start, row_len)
+            run = min(length, row_len - col)
+            ax.add_patch(Rectangle((col, rows - 1 - row), run, 0.85, **style))
+            start, length = start + run, length - run
+
+    for region in regions:
+        if region.owner is None:
+            stranded = region is not largest
+            strip(region.start, region.length, facecolor="white", edgecolor=STRANDED if stranded else "#888888",
+                  hatch="///" if stranded else None, lw=0 if stranded else 0.6)
+            continue
+        color = _color(region.owner)
+        used = pool.lengths[region.owner]
+        strip(region.start, used, facecolor=color, alpha=STORED_ALPHA, lw=0)
+        strip(region.start + used, region.length - used, facecolor=color, alpha=HELD_ALPHA, lw=0)
+        strip(region.start, region.length, facecolor="none", edgecolor="black", lw=0.6)
+    ax.set_xlim(0, row_len)
+    ax.set_ylim(0, rows)
+    ax.set_yticks([rows - 1 - r + 0.42 for r in range(rows)], [f"{r * row_len}" for r in range(rows)])
+    ax.set_xlabel("slot within the row (tokens)")
+    ax.set_ylabel("row start (token offset)")
+    ax.set_title("Reserve-for-max: one contiguous region per request")
+    ax.legend(handles=[Patch(color="grey", alpha=STORED_ALPHA, label="stored tokens"),
+                       Patch(color="grey", alpha=HELD_ALPHA, label="reserved, empty"),
+                       Patch(facecolor="white", edgecolor="#888888", label="free"),
+                       Patch(facecolor="white", edgecolor=STRANDED, hatch="///", label="stranded gap")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=8, frameon=False)
+    return ax
+
+
+def draw_paged(ax, pool: PagedAllocator, columns: int = 32):
+    """The pool as a grid of blocks; each block's filled height shows how many of its slots hold tokens."""
+    rows = -(-pool.num_blocks // columns)
+    for block in range(pool.num_blocks):
+        row, col = divmod(block, columns)
+        ax.add_patch(Rectangle((col, rows - 1 - row), 0.9, 0.9, facecolor="white", edgecolor="#bbbbbb", lw=0.5))
+    for req_id, table in pool.block_tables.items():
+        length, color = pool.lengths[req_id], _color(req_id)
+        for i, block in enumerate(table):
+            filled = min(pool.block_size, length - i * pool.block_size) / pool.block_size
+            row, col = divmod(block, columns)
+            y = rows - 1 - row
+            ax.add_patch(Rectangle((col, y), 0.9, 0.9, facecolor=color, alpha=HELD_ALPHA, lw=0))
+            ax.add_patch(Rectangle((col, y), 0.9, 0.9 * filled, facecolor=color, alpha=STORED_ALPHA, lw=0))
+    ax.set_xlim(0, columns)
+    ax.set_ylim(0, rows)
+    ax.set_yticks([rows - 1 - r + 0.45 for r in range(rows)], [str(r * columns) for r in range(rows)], fontsize=7)
+    ax.set_xlabel(f"block index within the row ({pool.block_size} tokens per block)")
+    ax.set_ylabel("first block id of the row")
+    ax.set_title("Paged: fixed blocks, on demand, anywhere in the pool")
+    return ax
+
+
+def draw_block_tables(ax, tables: CopyOnWriteBlockTables):
+    """One row per sequence, one cell per logical block, labelled with its physical block.
+    Orange cells are shared (reference count > 1); blue ones are private; bold ones were copied on write."""
+    copied = {new for _, new in tables.copies}
+    seqs = list(tables.block_tables)
+    width = max((len(t) for t in tables.block_tables.values()), default=1)
+    for row, seq in enumerate(seqs):
+        y = len(seqs) - 1 - row
+        for col, block in enumerate(tables.block_tables[seq]):
+            shared = tables.ref_counts[block] > 1
+            ax.add_patch(Rectangle((col, y), 0.92, 0.85, facecolor="#ff9f40" if shared else "#5b9bd5",
+                                   edgecolor="black", lw=1.8 if block in copied else 0.4))
+            ax.text(col + 0.46, y + 0.42, str(block), ha="center", va="center", fontsize=8,
+                    fontweight="bold" if block in copied else "normal")
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, len(seqs))
+    ax.set_yticks([len(seqs) - 1 - r + 0.42 for r in range(len(seqs))], seqs)
+    ax.set_xlabel(f"logical block ({tables.block_size} tokens each); cell text = physical block id")
+    ax.set_ylabel("sequence")
+    ax.set_title("Block tables after parallel sampling (orange = shared, bold edge = copied on write)")
+    return ax

@@ -1,0 +1,65 @@
+"""The module 01 explorers, driven the way a learner drives them."""
+
+import matplotlib
+import pytest
+
+from course_lib.widgets.allocator_explorer import AllocatorExplorer
+from course_lib.widgets.cow_explorer import CopyOnWriteExplorer
+from course_lib.widgets.kv_calculator import KVCalculator
+from course_lib.widgets.memory_plan import MemoryPlanExplorer
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")
+
+
+def test_kv_calculator_follows_sliders_and_presets():
+    calc = KVCalculator("Llama-3-8B")
+    assert "131,072 B = 128.0 KiB per token" in calc.readout.value
+    calc.kv_heads.value = 1
+    assert "16.0 KiB per token" in calc.readout.value
+    calc.dtype.value = "fp8"
+    assert "8.0 KiB per token" in calc.readout.value
+    calc.preset.value = "Llama-3.1-70B"
+    assert calc.layers.value == 80 and calc.kv_heads.value == 8
+    fig = calc.draw()
+    assert fig.axes[0].get_title() and "GiB" in fig.axes[0].get_ylabel() and "tokens" in fig.axes[0].get_xlabel()
+
+
+def test_memory_plan_explains_the_startup_bug_and_its_fixes():
+    plan = MemoryPlanExplorer(gpu="A100-40GB", model="Llama-3.1-8B", gpu_memory_utilization=0.30)
+    assert "No available memory for the cache blocks" in plan.verdict.value
+    plan.gpu.value = "H100-80GB"
+    assert "cannot hold one request of max_model_len=131072" in plan.verdict.value
+    plan.utilization.value = 0.9
+    assert "Server starts" in plan.verdict.value
+    plan.utilization.value = 0.3
+    plan.tensor_parallel.value = 2
+    assert "Server starts" in plan.verdict.value
+    assert "GiB" in plan.draw().axes[0].get_xlabel()
+
+
+def test_allocator_explorer_feeds_both_pools_the_same_requests():
+    explorer = AllocatorExplorer(capacity_tokens=8192, max_model_len=2048)
+    explorer.add_requests(8)
+    reserve, paged = explorer.replays["reserve-for-max"], explorer.replays["paged"]
+    assert len(reserve.running) + len(reserve.waiting) == 8 == len(paged.running) + len(paged.waiting)
+    assert len(paged.running) > len(reserve.running)  # paging fits more of the same requests
+    explorer.generate(64)
+    assert reserve.report().waste_fraction > 0.3 > paged.report().waste_fraction
+    assert "reserve-for-max" in explorer.stats.value and "waste" in explorer.stats.value
+    fig = explorer.draw()
+    assert [ax.get_title() for ax in fig.axes][0].startswith("Reserve-for-max")
+    explorer.reset_button.click()
+    assert explorer.replays["paged"].report().num_requests == 0
+
+
+def test_copy_on_write_explorer_reports_savings():
+    cow = CopyOnWriteExplorer(prompt_len=64, num_samples=4, output_len=16, block_size=16)
+    assert "Saved: <b>60%</b>" in cow.readout.value  # 4 shared prompt + 4 output blocks vs 4 x 5
+    cow.num_samples.value = 1
+    assert "Saved: <b>0%</b>" in cow.readout.value
