@@ -1,0 +1,1 @@
+"""Exercise grading: build starter notebooks from solutions, and grade a learner's notebook."""

@@ -1,0 +1,30 @@
+"""Run notebooks in a fresh kernel and store the outputs that grading compares.
+
+* Solutions keep every output: their check cells' outputs become the exercise's expected ones.
+* Lessons keep only the outputs of cells marked ``# NBVAL_CHECK_OUTPUT`` (deterministic
+  figures that the test suite compares); everything else is committed without outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+
+
+def execute(path: str | Path, keep_all_outputs: bool, timeout_s: int = 300) -> nbformat.NotebookNode:
+    """Execute ``path`` in place (from its own folder) and return the stored notebook."""
+    path = Path(path)
+    book = nbformat.read(path, as_version=4)
+    NotebookClient(book, timeout=timeout_s, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    for cell in book.cells:
+        cell.metadata.pop("execution", None)  # timestamps would change on every rebuild
+        if cell.cell_type == "code" and not keep_all_outputs and CHECK_MARK not in cell.source:
+            cell.outputs, cell.execution_count = [], None
+    book.metadata.pop("widgets", None)  # widget state is live-only; stale copies confuse front ends
+    nbformat.write(book, path)
+    return book

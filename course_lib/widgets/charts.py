@@ -1,0 +1,37 @@
+"""Charts for module 01's measurements: waste and concurrency over a run, savings from sharing."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from course_lib.paging.block_table import parallel_sampling_report
+from course_lib.paging.simulate import SimulationResult
+
+
+def plot_allocator_runs(results: dict[str, SimulationResult]):
+    """Waste and live requests per decode step, one line per allocator."""
+    fig, (waste_ax, count_ax) = plt.subplots(1, 2, figsize=(11, 3.4))
+    for name, result in results.items():
+        steps = range(len(result.snapshots))
+        waste_ax.plot(steps, [100 * s.waste_fraction for s in result.snapshots], label=name)
+        count_ax.plot(steps, [s.num_requests for s in result.snapshots], label=name)
+    waste_ax.set(title="KV memory wasted", xlabel="decode step", ylabel="waste (% of held memory)", ylim=(0, 100))
+    count_ax.set(title="Requests held at once", xlabel="decode step", ylabel="concurrent requests")
+    for ax in (waste_ax, count_ax):
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_sharing_savings(prompt_lens: list[int], output_len: int, max_samples: int = 8, block_size: int = 16):
+    """Share of memory saved by copy-on-write sharing against the number of parallel samples."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    samples = range(1, max_samples + 1)
+    for prompt in prompt_lens:
+        saved = [100 * parallel_sampling_report(prompt, n, output_len, block_size).saved_fraction for n in samples]
+        ax.plot(samples, saved, marker="o", label=f"prompt {prompt} tokens")
+    ax.set(title=f"Memory saved by sharing the prompt ({output_len} new tokens per sample)",
+           xlabel="parallel samples", ylabel="KV memory saved (%)", ylim=(0, 100))
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,100 @@
+"""Exercise grading in both directions, and notebook hygiene."""
+
+import json
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from course_lib.grading.exercise import make_exercise, strip_solution
+from course_lib.grading.execute import CHECK_MARK
+from course_lib.grading.grade import grade
+from course_lib.paths import REPO_ROOT
+
+SOLUTIONS = sorted((REPO_ROOT / "solutions").glob("*.ipynb"))
+
+
+def test_strip_solution_keeps_signature_and_indentation():
+    source = "def f(x):\n    '''Doc.'''\n    ### BEGIN SOLUTION\n    y = x + 1\n    return y\n    ### END SOLUTION\n"
+    stripped = strip_solution(source)
+    assert stripped.splitlines() == ["def f(x):", "    '''Doc.'''", "    raise NotImplementedError("
+                                     '"Your code here: replace this line (see the task above).")']
+    namespace = {}
+    exec(stripped, namespace)
+    with pytest.raises(NotImplementedError):
+        namespace["f"](1)
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
+    ("x = 1\n### END SOLUTION\n", "without a matching"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n", "opened twice"),
+])
+def test_malformed_solution_markers_are_reported(source, problem):
+    with pytest.raises(ValueError, match=problem):
+        strip_solution(source, "cell 3")
+
+
+def test_make_exercise_clears_student_outputs_and_locks_checks():
+    student = new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION",
+                            metadata={"tags": ["student"]}, outputs=[{"output_type": "stream", "name": "stdout",
+                                                                       "text": "debug\n"}])
+    check = new_code_cell("print(f())", metadata={"tags": ["check"]},
+                          outputs=[{"output_type": "stream", "name": "stdout", "text": "1\n"}])
+    exercise = make_exercise(new_notebook(cells=[student, check]))
+    assert exercise.cells[0].outputs == [] and "NotImplementedError" in exercise.cells[0].source
+    assert exercise.cells[1].outputs[0]["text"] == "1\n"
+    assert exercise.cells[1].metadata["editable"] is False and exercise.cells[1].metadata["deletable"] is False
+    with pytest.raises(ValueError, match="needs a '### BEGIN SOLUTION' region"):
+        make_exercise(new_notebook(cells=[new_code_cell("x = 1", metadata={"tags": ["student"]})]))
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_committed_exercise_is_built_from_its_solution(solution):
+    exercise = nbformat.read(REPO_ROOT / "exercises" / solution.name, as_version=4)
+    expected = make_exercise(nbformat.read(solution, as_version=4))
+    assert [c.source for c in exercise.cells] == [c.source for c in expected.cells]
+    assert [c.get("outputs") for c in exercise.cells] == [c.get("outputs") for c in expected.cells], \
+        "exercise is stale: run `.venv/bin/python -m course_lib.grading --build`"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_solution_passes_strict_grading(solution):
+    result = grade(solution, capture=True)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_untouched_exercise_fails_grading_on_every_check(solution):
+    exercise = REPO_ROOT / "exercises" / solution.name
+    result = grade(exercise, capture=True)
+    assert result.returncode != 0
+    checks = sum("check" in c.metadata.get("tags", []) for c in nbformat.read(exercise, as_version=4).cells)
+    assert f"{checks} failed" in result.stdout
+
+
+def test_a_wrong_answer_fails_only_its_own_check(tmp_path):
+    book = nbformat.read(REPO_ROOT / "solutions" / "01_paging.ipynb", as_version=4)
+    task1 = next(c for c in book.cells if "def kv_bytes_per_token" in c.source)
+    task1.source = task1.source.replace("return 2 * num_layers", "return num_layers")  # forgot K and V
+    wrong = tmp_path / "01_paging.ipynb"
+    nbformat.write(book, wrong)
+    result = grade(wrong, capture=True)
+    assert result.returncode != 0
+    assert "1 failed" in result.stdout
+    assert "expected 131,072 bytes" in result.stdout or "65536" in result.stdout
+
+
+def test_grader_rejects_a_path_that_is_not_a_notebook(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a notebook"):
+        grade(tmp_path / "missing.ipynb")
+
+
+@pytest.mark.parametrize("lesson", sorted((REPO_ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_lessons_are_committed_without_stale_outputs(lesson):
+    book = json.loads(lesson.read_text())
+    for cell in book["cells"]:
+        if cell["cell_type"] == "code" and cell["outputs"]:
+            assert CHECK_MARK in "".join(cell["source"]), "only checked cells keep outputs; run --build"
+    assert "widgets" not in book["metadata"]
