@@ -131,3 +131,28 @@ def test_paged_allocator_never_shares_or_leaks_blocks(ops):
         assert len(owned) + pool.free_slots // 4 == 12  # every block is owned or free
         for r, length in pool.lengths.items():
             assert 0 <= pool.slots_held(r) - length < 4  # only the last block is partial
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["admit", "grow", "free"]), st.integers(0, 5), st.integers(1, 30),
+                          st.integers(1, 30)), max_size=60))
+def test_reserve_for_max_regions_tile_the_pool_without_overlap(ops):
+    pool = ReserveForMaxAllocator(capacity_tokens=120, max_model_len=40)
+    for op, who, prompt, max_tokens in ops:
+        req = f"r{who}"
+        try:
+            if op == "admit" and req not in pool.lengths:
+                pool.admit(req, prompt, max_tokens)
+            elif op == "grow" and req in pool.lengths and pool.lengths[req] < pool.slots_held(req):
+                pool.append_token(req)
+            elif op == "free" and req in pool.lengths:
+                pool.free(req)
+        except PoolExhausted:
+            pass
+        regions = pool.regions()
+        assert [r.start for r in regions] == [0] + [r.start + r.length for r in regions[:-1]]  # contiguous tiling
+        assert sum(r.length for r in regions) == 120
+        assert sum(r.length for r in regions if r.owner is None) == pool.free_slots
+        for r in regions:
+            if r.owner is not None:
+                assert pool.lengths[r.owner] <= r.length <= 40

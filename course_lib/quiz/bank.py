@@ -112,18 +112,33 @@ class Question:
 
 
 @dataclass(frozen=True)
-class SingleChoice(Question):
-    """``options``: exactly one has ``correct: true``. Answer: the chosen option's index."""
+class _ChoiceQuestion(Question):
+    """Shared by the kinds that list ``options`` (each with ``text``, ``correct`` and ``why``)."""
 
     options: tuple[Option, ...]
-    kind: ClassVar[str] = "single"
 
     @classmethod
-    def parse(cls, fields: _Fields, **common: str) -> "SingleChoice":
+    def parse(cls, fields: _Fields, **common: str) -> "_ChoiceQuestion":
         options = _options(fields)
-        if sum(o.correct for o in options) != 1:
-            raise fields.fail("a single-choice question needs exactly one option with 'correct: true'.")
+        problem = cls._problem_with(sum(o.correct for o in options))
+        if problem:
+            raise fields.fail(problem)
         return cls(options=options, **common)
+
+    @staticmethod
+    def _problem_with(num_correct: int) -> str | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class SingleChoice(_ChoiceQuestion):
+    """Exactly one option has ``correct: true``. Answer: the chosen option's index."""
+
+    kind: ClassVar[str] = "single"
+
+    @staticmethod
+    def _problem_with(num_correct: int) -> str | None:
+        return None if num_correct == 1 else "a single-choice question needs exactly one option with 'correct: true'."
 
     def check(self, answer: int) -> Feedback:
         if not isinstance(answer, int) or not 0 <= answer < len(self.options):
@@ -136,18 +151,14 @@ class SingleChoice(Question):
 
 
 @dataclass(frozen=True)
-class MultiSelect(Question):
-    """``options``: one or more are correct. Answer: the set of chosen indices."""
+class MultiSelect(_ChoiceQuestion):
+    """One or more options are correct. Answer: the set of chosen indices."""
 
-    options: tuple[Option, ...]
     kind: ClassVar[str] = "multi"
 
-    @classmethod
-    def parse(cls, fields: _Fields, **common: str) -> "MultiSelect":
-        options = _options(fields)
-        if not any(o.correct for o in options):
-            raise fields.fail("a multiple-select question needs at least one option with 'correct: true'.")
-        return cls(options=options, **common)
+    @staticmethod
+    def _problem_with(num_correct: int) -> str | None:
+        return None if num_correct else "a multiple-select question needs at least one option with 'correct: true'."
 
     def check(self, answer: set[int]) -> Feedback:
         chosen = set(answer)
