@@ -37,7 +37,8 @@ def test_memory_plan_explains_the_startup_bug_and_its_fixes():
     assert "cannot hold one request of max_model_len=131072" in plan.verdict.value
     plan.utilization.value = 0.9
     assert "Server starts" in plan.verdict.value
-    plan.utilization.value = 0.3
+    plan.utilization.value = 0.05 + 25 * 0.01  # what a browser slider sends back: 0.30000000000000004
+    assert "gpu_memory_utilization=0.3," in plan.verdict.value
     plan.tensor_parallel.value = 2
     assert "Server starts" in plan.verdict.value
     assert "GiB" in plan.draw().axes[0].get_xlabel()

@@ -24,10 +24,10 @@ class AllocatorExplorer(w.VBox):
                  tokens_per_click: int = 32, seed: int = 0) -> None:
         self.capacity_tokens, self.max_model_len, self.block_size = capacity_tokens, max_model_len, block_size
         self.trace = sample_chat_trace(500, max_model_len, seed)
-        self.add_button = w.Button(description="Add request", icon="plus")
-        self.add_many_button = w.Button(description="Add 5 requests", icon="plus")
-        self.step_button = w.Button(description=f"Generate {tokens_per_click} tokens", icon="play")
-        self.reset_button = w.Button(description="Reset", icon="undo")
+        self.add_button = w.Button(description="Add request", icon="plus", layout=w.Layout(width="auto"))
+        self.add_many_button = w.Button(description="Add 5 requests", icon="plus", layout=w.Layout(width="auto"))
+        self.step_button = w.Button(description=f"Generate {tokens_per_click} tokens", icon="play", layout=w.Layout(width="auto"))
+        self.reset_button = w.Button(description="Reset", icon="undo", layout=w.Layout(width="auto"))
         self.add_button.on_click(lambda _: self.add_requests(1))
         self.add_many_button.on_click(lambda _: self.add_requests(5))
         self.step_button.on_click(lambda _: self.generate(tokens_per_click))

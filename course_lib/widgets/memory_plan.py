@@ -38,7 +38,8 @@ class MemoryPlanExplorer(w.VBox):
         self.refresh()
 
     def settings(self) -> dict:
-        return dict(gpu_memory_utilization=self.utilization.value, max_model_len=self.max_model_len.value,
+        return dict(gpu_memory_utilization=round(self.utilization.value, 2),  # the browser slider sends 0.30000000000000004
+                    max_model_len=self.max_model_len.value,
                     tensor_parallel_size=self.tensor_parallel.value)
 
     def refresh(self) -> None:

@@ -10,7 +10,7 @@ from IPython.display import display
 
 def progress_bar(total: int, description: str) -> Callable[[int], None]:
     """Show a bar for ``total`` steps and return the callback that advances it (step is 0-based)."""
-    bar = w.IntProgress(min=0, max=total, description=description, style={"description_width": "initial"})
+    bar = w.IntProgress(min=0, max=total, description=description, style={"description_width": "10em"})
     display(bar)
     every = max(1, total // 100)  # redraw about 100 times, however long the run
 

@@ -52,7 +52,7 @@ class QuestionCard(w.VBox):
             return w.RadioButtons(options=[(o.text, i) for i, o in enumerate(q.options)], value=None,
                                   layout=w.Layout(width="max-content"))
         if isinstance(q, MultiSelect):
-            return w.VBox([w.Checkbox(description=o.text, value=False, indent=False) for o in q.options])
+            return w.VBox([w.Checkbox(description=o.text, value=False, indent=False, layout=w.Layout(width="max-content")) for o in q.options])
         if isinstance(q, Numeric):
             return w.HBox([w.FloatText(value=0.0, layout=w.Layout(width="14em")), w.Label(q.unit)])
         if isinstance(q, Matching):
