@@ -29,7 +29,7 @@ def test_reserve_for_max_accounting_on_a_hand_checked_trace():
     assert pool.regions() == [Region(0, 30, None), Region(30, 40, "b"), Region(70, 20, "c"), Region(90, 10, None)]
     assert pool.free_slots == 40
     assert pool.stranded_slots() == 10  # free slots outside the largest run
-    assert not pool.can_admit(5, 35)  # 40 slots free, but no run of 35
+    assert not pool.can_admit(5, max_tokens=30)  # 40 slots free, but no run of 35
     with pytest.raises(PoolExhausted):
         pool.admit("d", 5, max_tokens=30)
     pool.admit("d", 5, max_tokens=25)  # first fit: the 30-slot hole at 0

@@ -3,7 +3,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib.paging.allocator import PoolExhausted
-from course_lib.paging.block_table import CopyOnWriteBlockTables, parallel_sampling_report
+from course_lib.paging.block_table import (
+    CopyOnWriteBlockTables,
+    parallel_sampling_report,
+)
 
 
 def test_fork_shares_blocks_and_a_divergent_write_copies_only_the_last_one():

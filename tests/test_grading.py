@@ -6,8 +6,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from course_lib.grading.exercise import make_exercise, strip_solution
 from course_lib.grading.execute import CHECK_MARK
+from course_lib.grading.exercise import make_exercise, strip_solution
 from course_lib.grading.grade import grade
 from course_lib.paths import REPO_ROOT
 

@@ -3,10 +3,10 @@ import json
 import pytest
 import yaml
 
+from course_lib.paths import QUIZ_DIR
 from course_lib.quiz.bank import QuizFileError, load_bank, parse_bank
 from course_lib.quiz.scorecard import Scorecard
 from course_lib.quiz.text import render_text
-from course_lib.paths import QUIZ_DIR
 from course_lib.widgets.quiz import UNCHOSEN, QuizWidget, show_quiz
 
 SAMPLE = {

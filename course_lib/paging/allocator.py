@@ -46,10 +46,9 @@ class KVAllocator(ABC):
                 f"Request {req_id!r} has a {prompt_len}-token prompt, longer than max_model_len="
                 f"{self.max_model_len}; shorten the prompt or raise max_model_len."
             )
-        limit = self.max_model_len if max_tokens is None else min(self.max_model_len, prompt_len + max_tokens)
-        if not self.can_admit(prompt_len, limit):
+        if not self.can_admit(prompt_len, max_tokens):
             raise PoolExhausted(f"No room for request {req_id!r} ({prompt_len} prompt tokens).")
-        self._allocate(req_id, prompt_len, limit)
+        self._allocate(req_id, prompt_len, self._limit(prompt_len, max_tokens))
         self.lengths[req_id] = prompt_len
 
     def append_token(self, req_id: str) -> None:
@@ -69,6 +68,14 @@ class KVAllocator(ABC):
         self._release(req_id)
         del self.lengths[req_id]
 
+    def can_admit(self, prompt_len: int, max_tokens: int | None = None) -> bool:
+        """Whether a request with this prompt and output cap fits in the pool right now."""
+        return self._fits(prompt_len, self._limit(prompt_len, max_tokens))
+
+    def _limit(self, prompt_len: int, max_tokens: int | None) -> int:
+        """The most tokens the request may ever hold."""
+        return self.max_model_len if max_tokens is None else min(self.max_model_len, prompt_len + max_tokens)
+
     def _length(self, req_id: str) -> int:
         try:
             return self.lengths[req_id]
@@ -77,8 +84,8 @@ class KVAllocator(ABC):
 
     # --- what each allocator decides ------------------------------------------------
     @abstractmethod
-    def can_admit(self, prompt_len: int, limit: int) -> bool:
-        """Whether a request with this prompt (that may grow to ``limit`` tokens) fits now."""
+    def _fits(self, prompt_len: int, limit: int) -> bool:
+        """Whether a request with this prompt, that may grow to ``limit`` tokens, fits now."""
 
     @abstractmethod
     def slots_held(self, req_id: str) -> int:

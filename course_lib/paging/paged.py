@@ -37,7 +37,7 @@ class PagedAllocator(KVAllocator):
                 owner[block] = req_id
         return owner
 
-    def can_admit(self, prompt_len: int, limit: int) -> bool:
+    def _fits(self, prompt_len: int, limit: int) -> bool:
         return blocks_for(prompt_len, self.block_size) <= len(self._free_blocks)
 
     def slots_held(self, req_id: str) -> int:

@@ -43,7 +43,7 @@ class ReserveForMaxAllocator(KVAllocator):
     def _holes(self) -> list[Region]:
         return [r for r in self.regions() if r.owner is None]
 
-    def can_admit(self, prompt_len: int, limit: int) -> bool:
+    def _fits(self, prompt_len: int, limit: int) -> bool:
         return any(hole.length >= limit for hole in self._holes())
 
     def slots_held(self, req_id: str) -> int:

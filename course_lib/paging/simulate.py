@@ -41,8 +41,7 @@ class TraceReplay:
         admitted = []
         while self.waiting:
             head = self.waiting[0]
-            limit = min(self.allocator.max_model_len, head.prompt_len + head.max_tokens)
-            if not self.allocator.can_admit(head.prompt_len, limit):
+            if not self.allocator.can_admit(head.prompt_len, head.max_tokens):
                 break
             self.allocator.admit(head.req_id, head.prompt_len, head.max_tokens)
             self.running.append(self.waiting.popleft())

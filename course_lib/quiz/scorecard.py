@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from course_lib.quiz.bank import Feedback, QuizBank
+from course_lib.quiz.bank import QuizBank
+from course_lib.quiz.questions import Feedback
 
 
 @dataclass

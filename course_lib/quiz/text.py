@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from course_lib.quiz.bank import Matching, MultiSelect, Numeric, QuizBank, SingleChoice, SpotTheBug
+from course_lib.quiz.bank import QuizBank
+from course_lib.quiz.questions import (
+    Matching,
+    MultiSelect,
+    Numeric,
+    SingleChoice,
+    SpotTheBug,
+)
 
 
 def render_text(bank: QuizBank, show_answers: bool = False) -> str:

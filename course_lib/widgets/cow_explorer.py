@@ -5,7 +5,10 @@ from __future__ import annotations
 import ipywidgets as w
 import matplotlib.pyplot as plt
 
-from course_lib.paging.block_table import parallel_sampling_report, run_parallel_sampling
+from course_lib.paging.block_table import (
+    parallel_sampling_report,
+    run_parallel_sampling,
+)
 from course_lib.widgets.figure_pane import FigurePane
 from course_lib.widgets.memory_map import draw_block_tables
 

@@ -11,16 +11,15 @@ from pathlib import Path
 
 import ipywidgets as w
 
-from course_lib.quiz.bank import (
+from course_lib.quiz.bank import QuizBank, load_bank
+from course_lib.quiz.questions import (
     Feedback,
     Matching,
     MultiSelect,
     Numeric,
     Question,
-    QuizBank,
     SingleChoice,
     SpotTheBug,
-    load_bank,
 )
 from course_lib.quiz.scorecard import Scorecard
 from course_lib.quiz.text import render_text
