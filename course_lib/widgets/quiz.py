@@ -34,14 +34,14 @@ _STYLE = w.HTML(
 class QuestionCard(w.VBox):
     """Prompt, answer control, check button and feedback for one question."""
 
-    def __init__(self, question: Question, scorecard: Scorecard, on_answer) -> None:
+    def __init__(self, number: int, question: Question, scorecard: Scorecard, on_answer) -> None:
         self.question, self.scorecard, self._on_answer = question, scorecard, on_answer
         self.feedback = w.HTML()
         self.check_button = w.Button(description="Check", button_style="primary")
         self.check_button.on_click(lambda _: self.submit())
         self.line_buttons: list[w.Button] = []
         self.control = self._build_control()
-        prompt = w.HTML(f"<b>{html.escape(question.prompt)}</b>")
+        prompt = w.HTML(f"<b>{number}. {html.escape(question.prompt)}</b>")
         buttons = [] if isinstance(question, SpotTheBug) else [self.check_button]
         super().__init__([prompt, self.control, *buttons, self.feedback], layout=w.Layout(margin="0 0 14px 0"))
 
@@ -104,7 +104,8 @@ class QuizWidget(w.VBox):
         self.bank = bank
         self.scorecard = Scorecard(bank)
         self.score_label = w.HTML()
-        self.cards = {q.id: QuestionCard(q, self.scorecard, self._refresh) for q in bank.questions}
+        self.cards = {q.id: QuestionCard(n, q, self.scorecard, self._refresh)
+                      for n, q in enumerate(bank.questions, start=1)}
         self._refresh()
         super().__init__([w.HTML(f"<h3>{html.escape(bank.title)}</h3>"), *self.cards.values(), self.score_label])
 
