@@ -1,0 +1,37 @@
+"""Prefix-cache keys: each full block's hash chains its parent's hash, its tokens and extra keys.
+
+Because the parent's hash is inside, one hash names the whole prefix up to the end of its
+block: two requests share a block's KV only if every token before it matches too.
+Extra keys (the tenant's ``cache_salt``) go into the first block only, so different salts
+never share any block. sha256 over a canonical encoding keeps collisions out of reach.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+BlockHash = bytes
+
+ROOT_HASH: BlockHash = hashlib.sha256(b"course-kv-prefix-root").digest()
+
+
+def hash_block_tokens(parent: BlockHash | None, token_ids: tuple[int, ...] | list[int],
+                      extra_keys: tuple | None = None) -> BlockHash:
+    """The hash of one full block given its parent's hash (None for the first block)."""
+    payload = json.dumps([list(token_ids), list(extra_keys or ())]).encode()
+    return hashlib.sha256((parent or ROOT_HASH) + payload).digest()
+
+
+def hash_request_blocks(token_ids: list[int], block_size: int, cache_salt: str | None = None,
+                        start: int = 0, parent: BlockHash | None = None) -> list[BlockHash]:
+    """Hashes of the full blocks of ``token_ids`` from block index ``start`` on, chaining from ``parent``.
+
+    A trailing partial block gets no hash: only full blocks are ever cached.
+    """
+    hashes = []
+    for index in range(start, len(token_ids) // block_size):
+        extra = (cache_salt,) if index == 0 and cache_salt is not None else None
+        parent = hash_block_tokens(parent, token_ids[index * block_size:(index + 1) * block_size], extra)
+        hashes.append(parent)
+    return hashes

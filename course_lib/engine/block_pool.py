@@ -1,0 +1,128 @@
+"""The block pool: every KV block, its reference count, the LRU free queue and the prefix cache.
+
+Invariants (checked by the property tests):
+  * a block is in the free queue exactly when its ``ref_cnt`` is 0;
+  * a block keeps its hash after it is freed, and stays findable in the prefix cache until it
+    is popped from the free queue for reuse (lazy eviction);
+  * the free queue is ordered for eviction: least recently freed first, and within one freed
+    request the tail blocks first (they are the least likely to be shared);
+  * all queue operations are O(1) (a doubly linked list through the blocks themselves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from course_lib.engine.block_hash import BlockHash
+
+
+@dataclass(eq=False)
+class KVCacheBlock:
+    block_id: int
+    ref_cnt: int = 0
+    block_hash: BlockHash | None = None
+    prev_free: "KVCacheBlock | None" = field(default=None, repr=False)
+    next_free: "KVCacheBlock | None" = field(default=None, repr=False)
+
+
+class FreeKVCacheBlockQueue:
+    """Doubly linked list of free blocks with O(1) append, popleft and remove-from-the-middle."""
+
+    def __init__(self, blocks: list[KVCacheBlock]) -> None:
+        self._head = KVCacheBlock(-1)
+        self._tail = KVCacheBlock(-1)
+        self._head.next_free, self._tail.prev_free = self._tail, self._head
+        self.num_free_blocks = 0
+        for block in blocks:
+            self.append(block)
+
+    def append(self, block: KVCacheBlock) -> None:
+        last = self._tail.prev_free
+        last.next_free, block.prev_free = block, last
+        block.next_free, self._tail.prev_free = self._tail, block
+        self.num_free_blocks += 1
+
+    def remove(self, block: KVCacheBlock) -> None:
+        block.prev_free.next_free, block.next_free.prev_free = block.next_free, block.prev_free
+        block.prev_free = block.next_free = None
+        self.num_free_blocks -= 1
+
+    def popleft(self) -> KVCacheBlock:
+        if self.num_free_blocks == 0:
+            raise ValueError("No free block left; the caller must check num_free_blocks first.")
+        block = self._head.next_free
+        self.remove(block)
+        return block
+
+    def __iter__(self):
+        block = self._head.next_free
+        while block is not self._tail:
+            yield block
+            block = block.next_free
+
+
+class BlockPool:
+    """Hands out blocks, takes them back, and remembers which full blocks hold which prefix."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}; give the KV cache more memory.")
+        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.enable_caching = enable_caching
+        self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.free_block_queue.num_free_blocks
+
+    def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
+        return self.cached_block_hash_to_block.get(block_hash) if self.enable_caching else None
+
+    def get_new_blocks(self, count: int) -> list[KVCacheBlock]:
+        """Pop ``count`` blocks from the free queue's head, evicting any cached prefix they held."""
+        if count > self.num_free_blocks:
+            raise ValueError(f"Asked for {count} blocks with {self.num_free_blocks} free; check first.")
+        blocks = []
+        for _ in range(count):
+            block = self.free_block_queue.popleft()
+            self._evict(block)
+            block.ref_cnt = 1
+            blocks.append(block)
+        return blocks
+
+    def _evict(self, block: KVCacheBlock) -> None:
+        if block.block_hash is not None:
+            if self.cached_block_hash_to_block.get(block.block_hash) is block:
+                del self.cached_block_hash_to_block[block.block_hash]
+            block.block_hash = None
+
+    def touch(self, blocks: list[KVCacheBlock]) -> None:
+        """Take a reference on cache hits; a hit on a free block pulls it out of the free queue."""
+        for block in blocks:
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+
+    def cache_full_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
+        """Record that ``block`` now holds the full block named by ``block_hash``."""
+        if not self.enable_caching or block.block_hash is not None:
+            return
+        block.block_hash = block_hash
+        self.cached_block_hash_to_block.setdefault(block_hash, block)
+
+    def free_blocks(self, ordered_blocks: list[KVCacheBlock]) -> None:
+        """Drop one reference from each block, in the given order; blocks reaching 0 join the free
+        queue's tail (so pass a request's blocks tail-first: its last blocks are evicted first)."""
+        for block in ordered_blocks:
+            block.ref_cnt -= 1
+            if block.ref_cnt < 0:
+                raise RuntimeError(f"Block {block.block_id} freed more often than it was taken.")
+            if block.ref_cnt == 0:
+                if not self.enable_caching:
+                    block.block_hash = None
+                self.free_block_queue.append(block)
+
+    def usage(self) -> float:
+        """Share of blocks that some request references."""
+        return 1 - self.num_free_blocks / len(self.blocks)

@@ -1,0 +1,86 @@
+"""Per-request KV blocks on top of the block pool: prefix-cache lookup, allocation, freeing.
+
+Rules (vLLM V1):
+  * a prefix hit covers whole blocks only, walks the hash chain and stops at the first miss,
+    and never covers the last prompt token (it must be computed to produce logits);
+  * ``allocate_slots`` answers None when the blocks do not fit, never raises: the scheduler
+    then preempts or waits. Cache hits on free blocks do not count as free capacity;
+  * blocks are freed tail-first, so a request's last blocks are evicted before its first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from course_lib.engine.block_pool import BlockPool, KVCacheBlock
+from course_lib.engine.request import Request
+
+
+@dataclass
+class PrefixCacheStats:
+    """Prefix-cache lookups counted in tokens (what vLLM reports as its hit rate)."""
+
+    queried_tokens: int = 0
+    hit_tokens: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.block_pool = BlockPool(num_blocks, enable_caching)
+        self.enable_caching = enable_caching
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_blocks: dict[str, int] = {}
+        self.prefix_cache_stats = PrefixCacheStats()
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
+        """Cached blocks that hold a prefix of ``request``, and how many tokens they cover."""
+        if not self.enable_caching:
+            return [], 0
+        max_blocks = (request.num_tokens - 1) // self.block_size  # leave the last token to compute
+        hits = []
+        for block_hash in request.block_hashes[:max_blocks]:
+            block = self.block_pool.get_cached_block(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        self.prefix_cache_stats.queried_tokens += request.num_tokens
+        self.prefix_cache_stats.hit_tokens += len(hits) * self.block_size
+        return hits, len(hits) * self.block_size
+
+    def allocate_slots(self, request: Request, num_new_tokens: int,
+                       new_computed_blocks: list[KVCacheBlock] | None = None) -> list[KVCacheBlock] | None:
+        """Give ``request`` room for ``num_new_tokens`` more tokens (after any cache hits), or None."""
+        hits = new_computed_blocks or []
+        blocks = self.req_to_blocks.setdefault(request.request_id, [])
+        computed = request.num_computed_tokens + len(hits) * self.block_size
+        needed = -(-(computed + num_new_tokens) // self.block_size) - len(blocks) - len(hits)
+        hits_now_free = sum(block.ref_cnt == 0 for block in hits)
+        if needed > self.block_pool.num_free_blocks - hits_now_free:
+            return None
+        self.block_pool.touch(hits)
+        blocks += hits
+        new_blocks = self.block_pool.get_new_blocks(max(0, needed))
+        blocks += new_blocks
+        self._cache_full_blocks(request, blocks, computed + num_new_tokens)
+        return new_blocks
+
+    def _cache_full_blocks(self, request: Request, blocks: list[KVCacheBlock], num_tokens: int) -> None:
+        start = self.num_cached_blocks.get(request.request_id, 0)
+        end = min(num_tokens // self.block_size, len(request.block_hashes))
+        for index in range(start, end):
+            self.block_pool.cache_full_block(blocks[index], request.block_hashes[index])
+        self.num_cached_blocks[request.request_id] = max(start, end)
+
+    def free(self, request: Request) -> None:
+        """Release every block of ``request``, last block first."""
+        blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.num_cached_blocks.pop(request.request_id, None)
+        self.block_pool.free_blocks(list(reversed(blocks)))
+
+    def block_ids(self, request_id: str) -> list[int]:
+        return [block.block_id for block in self.req_to_blocks.get(request_id, [])]

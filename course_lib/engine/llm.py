@@ -1,0 +1,156 @@
+"""``LLM``: the engine's front door, with vLLM's constructor arguments and ``generate``.
+
+One ``step()`` = schedule, run the model once on the flat batch, append sampled tokens,
+retire finished requests. ``generate`` adds every prompt, then steps until all finish.
+Every step is recorded in ``step_trace`` for the lessons to draw.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from course_lib.engine.config import CacheConfig, SchedulerConfig
+from course_lib.engine.kv_cache_manager import KVCacheManager
+from course_lib.engine.metrics import StepRecord
+from course_lib.engine.model_runner import ModelRunner
+from course_lib.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from course_lib.engine.request import Request, RequestStatus
+from course_lib.engine.sampling_params import SamplingParams
+from course_lib.engine.scheduler import Scheduler
+from course_lib.models.llama import LlamaForCausalLM
+from course_lib.models.loader import load_model
+from course_lib.models.tokenizer import ByteTokenizer
+
+
+class LLM:
+    def __init__(
+        self,
+        model: str | LlamaForCausalLM = "tiny-llama",
+        *,
+        tokenizer=None,
+        max_num_seqs: int = 32,
+        max_num_batched_tokens: int = 512,
+        max_model_len: int | None = None,
+        block_size: int = 16,
+        num_gpu_blocks: int | None = None,
+        enable_prefix_caching: bool = True,
+        long_prefill_token_threshold: int = 0,
+        preemption_mode: str = "recompute",
+        scheduling_policy: str = "continuous",
+        num_cpu_blocks: int | None = None,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        if isinstance(model, str):
+            model, tokenizer = load_model(model, dtype=dtype, device=device)
+        self.model, self.tokenizer = model, tokenizer or ByteTokenizer()
+        limit = model.config.max_position_embeddings
+        max_model_len = max_model_len or limit
+        if max_model_len > limit:
+            raise ValueError(f"max_model_len={max_model_len} exceeds the model's {limit} positions; lower it.")
+        if num_gpu_blocks is None:
+            num_gpu_blocks = -(-max_num_seqs * max_model_len // block_size)
+        if num_gpu_blocks * block_size < max_model_len:
+            raise ValueError(
+                f"A KV cache of {num_gpu_blocks} blocks x {block_size} tokens cannot hold one request of "
+                f"max_model_len={max_model_len} tokens; raise num_gpu_blocks to at least "
+                f"{-(-max_model_len // block_size)} or lower max_model_len."
+            )
+        self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len,
+                                                long_prefill_token_threshold, preemption_mode, scheduling_policy)
+        self.cache_config = CacheConfig(block_size, num_gpu_blocks, enable_prefix_caching)
+        num_cpu_blocks = num_gpu_blocks if num_cpu_blocks is None and preemption_mode == "swap" else (num_cpu_blocks or 0)
+        self.kv_cache_manager = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
+        self.scheduler = Scheduler(self.scheduler_config, self.kv_cache_manager, num_cpu_blocks)
+        self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks)
+        self.step_trace: list[StepRecord] = []
+        self._generators: dict[str, torch.Generator] = {}
+        self._ids = itertools.count()
+
+    # --- requests --------------------------------------------------------------------
+    def _encode(self, prompt: str | list[int]) -> list[int]:
+        ids = list(prompt) if isinstance(prompt, (list, tuple)) else self.tokenizer.encode(prompt)
+        if not ids:
+            raise ValueError("A prompt needs at least one token.")
+        if len(ids) > self.scheduler_config.max_model_len:
+            raise ValueError(
+                f"The prompt has {len(ids)} tokens, more than max_model_len={self.scheduler_config.max_model_len}; "
+                f"shorten the prompt or raise max_model_len."
+            )
+        return ids
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    cache_salt: str | None = None, request_id: str | None = None) -> list[str]:
+        """Queue a prompt; ``params.n`` samples become sibling requests that share the prompt's
+        cached blocks. Returns their request ids."""
+        params = params or SamplingParams()
+        prompt_ids = self._encode(prompt)
+        base = request_id or str(next(self._ids))
+        ids = []
+        for i in range(params.n):
+            child_id = base if params.n == 1 else f"{base}.{i}"
+            child = replace(params, n=1, seed=None if params.seed is None else params.seed + i)
+            if child.seed is not None:
+                self._generators[child_id] = torch.Generator().manual_seed(child.seed)
+            self.scheduler.add_request(Request(
+                child_id, prompt_ids, child, getattr(self.tokenizer, "eos_token_id", None), time.perf_counter(),
+                self.cache_config.block_size, self.scheduler_config.max_model_len, cache_salt))
+            ids.append(child_id)
+        return ids
+
+    # --- the engine loop ---------------------------------------------------------------
+    def step(self) -> list[Request]:
+        """Schedule and run one step; return the requests that finished in it."""
+        started = time.perf_counter()
+        plan = self.scheduler.schedule()
+        scheduled_at = time.perf_counter()
+        sampled = {}
+        if plan.num_scheduled_tokens:
+            tables = {rid: self.kv_cache_manager.block_ids(rid) for rid in plan.num_scheduled_tokens}
+            sampled = self.runner.execute(plan, self.scheduler.requests, tables, self._generators)
+        finished = self.scheduler.update_from_output(plan, sampled, time.perf_counter())
+        pool = self.kv_cache_manager.block_pool
+        self.step_trace.append(StepRecord(
+            step=len(self.step_trace), scheduled=dict(plan.num_scheduled_tokens),
+            waiting=[r.request_id for r in self.scheduler.waiting],
+            running=[r.request_id for r in self.scheduler.running],
+            blocks_used=len(pool.blocks) - pool.num_free_blocks, blocks_free=pool.num_free_blocks,
+            prefix_hit_tokens=plan.prefix_hit_tokens, preempted=list(plan.preempted),
+            wall_time_s=time.perf_counter() - started, schedule_time_s=scheduled_at - started))
+        for request in finished:
+            self._generators.pop(request.request_id, None)
+        return finished
+
+    def generate(self, prompts: str | list[str] | list[list[int]], sampling_params: SamplingParams | None = None,
+                 cache_salt: str | None = None, on_step: Callable[[int], None] | None = None) -> list[RequestOutput]:
+        """Generate for every prompt (in the given order); ``on_step(step)`` reports progress."""
+        prompts = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else prompts
+        for prompt in prompts:
+            self._encode(prompt)  # validate every prompt before any work starts
+        groups = [(prompt, self.add_request(prompt, sampling_params, cache_salt)) for prompt in prompts]
+        done: dict[str, Request] = {}
+        while self.scheduler.has_unfinished_requests():
+            for request in self.step():
+                done[request.request_id] = request
+            if on_step is not None:
+                on_step(len(self.step_trace))
+        return [self._output(prompt, [done[i] for i in ids]) for prompt, ids in groups]
+
+    def _output(self, prompt, requests: list[Request]) -> RequestOutput:
+        completions = [
+            CompletionOutput(i, self.tokenizer.decode(r.output_token_ids), list(r.output_token_ids),
+                             "stop" if r.status is RequestStatus.FINISHED_STOPPED else "length")
+            for i, r in enumerate(requests)
+        ]
+        first = requests[0]
+        return RequestOutput(first.request_id.split(".")[0], prompt if isinstance(prompt, str) else None,
+                             list(first.prompt_token_ids), completions,
+                             [RequestMetrics(r.arrival_time, list(r.token_times)) for r in requests],
+                             max(0, first.num_cached_tokens))

@@ -1,0 +1,45 @@
+"""What ``LLM.generate`` returns: text, token ids and per-request timing (vLLM's output shapes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" (EOS) or "length"
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """Wall-clock times in seconds: arrival, then one entry per generated token."""
+
+    arrival_time: float
+    token_times: list[float]
+
+    @property
+    def first_token_time(self) -> float:
+        return self.token_times[0]
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token."""
+        return self.token_times[0] - self.arrival_time
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive tokens."""
+        return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    metrics: list[RequestMetrics]  # one per completion
+    num_cached_tokens: int  # prompt tokens served from the prefix cache (first completion)

@@ -1,0 +1,82 @@
+"""A request's state as the scheduler and KV cache manager see it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from course_lib.engine.block_hash import BlockHash, hash_request_blocks
+from course_lib.engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "finished (eos)"
+    FINISHED_LENGTH = "finished (length)"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
+
+
+@dataclass(eq=False)
+class Request:
+    """Invariant: ``num_computed_tokens <= num_tokens``; tokens past ``num_computed_tokens`` still
+    need a forward pass (the prompt's rest, or the last sampled token)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    eos_token_id: int | None
+    arrival_time: float
+    block_size: int
+    max_model_len: int
+    cache_salt: str | None = None
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    output_token_ids: list[int] = field(default_factory=list)
+    block_hashes: list[BlockHash] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    num_preemptions: int = 0
+    num_cached_tokens: int = -1  # prefix-cache hit on first scheduling; -1 until then
+
+    def __post_init__(self) -> None:
+        self.update_block_hashes()
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.finished
+
+    def update_block_hashes(self) -> None:
+        """Hash any block that has become full since the last call."""
+        parent = self.block_hashes[-1] if self.block_hashes else None
+        self.block_hashes += hash_request_blocks(self.all_token_ids, self.block_size, self.cache_salt,
+                                                 start=len(self.block_hashes), parent=parent)
+
+    def append_output_token(self, token_id: int, now: float) -> None:
+        self.output_token_ids.append(token_id)
+        self.token_times.append(now)
+        self.update_block_hashes()
+
+    def check_stop(self) -> bool:
+        """Finish on EOS (unless ``ignore_eos``), at ``max_tokens`` or at ``max_model_len``; True if finished."""
+        params = self.sampling_params
+        if not params.ignore_eos and self.output_token_ids and self.output_token_ids[-1] == self.eos_token_id:
+            self.status = RequestStatus.FINISHED_STOPPED
+        elif len(self.output_token_ids) >= params.max_tokens or self.num_tokens >= self.max_model_len:
+            self.status = RequestStatus.FINISHED_LENGTH
+        return self.is_finished

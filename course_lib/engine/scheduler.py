@@ -1,0 +1,142 @@
+"""The V1-style scheduler: every step is a token budget split as ``{request_id: num_tokens}``.
+
+Each step (vLLM V1 rules):
+  1. running requests first, in order: each asks for all its uncomputed tokens (one while
+     decoding, the prompt's rest while prefilling), capped by ``long_prefill_token_threshold``
+     and by what is left of ``max_num_batched_tokens``: chunked prefill falls out of the budget;
+  2. if its KV blocks do not fit, the **last** running request is preempted (its blocks freed
+     and its progress dropped, or its KV swapped to CPU) and goes to the **front** of the waiting
+     queue, until the blocks fit or the request itself was the one preempted;
+  3. then, only if nothing was preempted this step, waiting requests are admitted in order,
+     with their prefix-cache hits, until one does not fit (head-of-line), the budget is spent
+     or ``max_num_seqs`` requests run. The ``static`` policy admits only into an empty batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from course_lib.engine.config import SchedulerConfig
+from course_lib.engine.kv_cache_manager import KVCacheManager
+from course_lib.engine.request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's plan. ``swap_out``/``swap_in`` are (source block, destination block) copies
+    the model runner performs before the forward pass."""
+
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    preempted: list[str] = field(default_factory=list)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
+    prefix_hit_tokens: int = 0
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return sum(self.num_scheduled_tokens.values())
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager, num_cpu_blocks: int = 0) -> None:
+        self.config = config
+        self.kv = kv_cache_manager
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.free_cpu_blocks: deque[int] = deque(range(num_cpu_blocks))
+        self.swapped: dict[str, list[int]] = {}  # request id -> CPU blocks holding its KV
+        self.total_preemptions = 0
+
+    def add_request(self, request: Request) -> None:
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _tokens_wanted(self, request: Request, budget: int) -> int:
+        wanted = request.num_tokens - request.num_computed_tokens
+        if self.config.long_prefill_token_threshold:
+            wanted = min(wanted, self.config.long_prefill_token_threshold)
+        return min(wanted, budget)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            tokens = self._tokens_wanted(request, budget)
+            while self.kv.allocate_slots(request, tokens) is None:
+                victim = self.running.pop()
+                self._preempt(victim, out)
+                if victim is request:
+                    break
+            if request.status is not RequestStatus.RUNNING:
+                break
+            out.num_scheduled_tokens[request.request_id] = tokens
+            budget -= tokens
+            index += 1
+        if not out.preempted and not (self.config.policy == "static" and self.running):
+            self._admit_waiting(out, budget)
+        return out
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            hits, hit_tokens = [], 0
+            if request.request_id not in self.swapped and request.num_computed_tokens == 0:
+                hits, hit_tokens = self.kv.get_computed_blocks(request)
+            request.num_computed_tokens += hit_tokens
+            tokens = self._tokens_wanted(request, budget)
+            if self.kv.allocate_slots(request, tokens, hits) is None:
+                request.num_computed_tokens -= hit_tokens
+                break  # head-of-line: later requests wait behind this one
+            self.waiting.popleft()
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = hit_tokens
+            self._swap_in(request, out)
+            out.num_scheduled_tokens[request.request_id] = tokens
+            out.prefix_hit_tokens += hit_tokens
+            budget -= tokens
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        blocks = self.kv.block_ids(request.request_id)[: -(-request.num_computed_tokens // self.kv.block_size)]
+        if self.config.preemption_mode == "swap" and 0 < len(blocks) <= len(self.free_cpu_blocks):
+            cpu = [self.free_cpu_blocks.popleft() for _ in blocks]
+            out.swap_out += list(zip(blocks, cpu))
+            self.swapped[request.request_id] = cpu
+        else:
+            request.num_computed_tokens = 0
+        self.kv.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_preemptions += 1
+        self.total_preemptions += 1
+        self.waiting.appendleft(request)
+        out.preempted.append(request.request_id)
+
+    def _swap_in(self, request: Request, out: SchedulerOutput) -> None:
+        cpu = self.swapped.pop(request.request_id, None)
+        if cpu:
+            out.swap_in += list(zip(cpu, self.kv.block_ids(request.request_id)))
+            self.free_cpu_blocks.extend(cpu)
+
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[Request]:
+        """Advance computed tokens, append sampled tokens, and retire finished requests."""
+        finished = []
+        for request_id, tokens in out.num_scheduled_tokens.items():
+            request = self.requests[request_id]
+            request.num_computed_tokens += tokens
+            if request_id not in sampled:
+                continue  # a prefill chunk that has not reached the last prompt token yet
+            request.append_output_token(sampled[request_id], now)
+            if request.check_stop():
+                self.kv.free(request)
+                self.running.remove(request)
+                del self.requests[request_id]
+                finished.append(request)
+        return finished

@@ -1,0 +1,1 @@
+"""Models the engine serves: a Llama-style decoder, its byte tokenizer, training and loading."""
