@@ -100,7 +100,7 @@ class LLM:
             if child.seed is not None:
                 self._generators[child_id] = torch.Generator().manual_seed(child.seed)
             self.scheduler.add_request(Request(
-                child_id, prompt_ids, child, getattr(self.tokenizer, "eos_token_id", None), time.perf_counter(),
+                child_id, prompt_ids, child, self.model.config.eos_token_id, time.perf_counter(),
                 self.cache_config.block_size, self.scheduler_config.max_model_len, cache_salt))
             ids.append(child_id)
         return ids

@@ -56,8 +56,8 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def _tokens_wanted(self, request: Request, budget: int) -> int:
-        wanted = request.num_tokens - request.num_computed_tokens
+    def _tokens_wanted(self, request: Request, budget: int, cached: int = 0) -> int:
+        wanted = request.num_tokens - request.num_computed_tokens - cached
         if self.config.long_prefill_token_threshold:
             wanted = min(wanted, self.config.long_prefill_token_threshold)
         return min(wanted, budget)
@@ -89,11 +89,10 @@ class Scheduler:
             hits, hit_tokens = [], 0
             if request.request_id not in self.swapped and request.num_computed_tokens == 0:
                 hits, hit_tokens = self.kv.get_computed_blocks(request)
-            request.num_computed_tokens += hit_tokens
-            tokens = self._tokens_wanted(request, budget)
+            tokens = self._tokens_wanted(request, budget, cached=hit_tokens)
             if self.kv.allocate_slots(request, tokens, hits) is None:
-                request.num_computed_tokens -= hit_tokens
                 break  # head-of-line: later requests wait behind this one
+            request.num_computed_tokens += hit_tokens
             self.waiting.popleft()
             self.running.append(request)
             request.status = RequestStatus.RUNNING
