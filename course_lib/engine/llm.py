@@ -50,7 +50,7 @@ class LLM:
         dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
         if isinstance(model, str):
             model, tokenizer = load_model(model, dtype=dtype, device=device)
-        self.model, self.tokenizer = model, tokenizer or ByteTokenizer()
+        self.model, self.tokenizer = model, tokenizer or ByteTokenizer()  # bytes when the model brings none
         limit = model.config.max_position_embeddings
         max_model_len = max_model_len or limit
         if max_model_len > limit:

@@ -3,7 +3,7 @@
 ``load_model("tiny-llama")`` loads a model shipped in ``assets/``; any other argument is a
 folder path, for example a small Llama or Qwen2 checkpoint on a GPU box. Folders made
 by this course carry ``course_tokenizer.json`` (byte tokenizer); others use their own
-tokenizer through ``transformers`` when it is installed.
+tokenizer through ``transformers`` when it is installed (none at all: prompts are token ids).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def resolve(name_or_path: str | Path) -> Path:
 
 
 def load_model(name_or_path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
-    """Return ``(model, tokenizer)``; the model is in eval mode on ``device`` in ``dtype``."""
+    """Return ``(model, tokenizer)``; the model is in eval mode on ``device`` in ``dtype``.
+    The tokenizer is None for a folder without tokenizer files."""
     folder = resolve(name_or_path)
     data = json.loads((folder / "config.json").read_text())
     architecture = (data.get("architectures") or ["LlamaForCausalLM"])[0]
@@ -70,8 +71,11 @@ def load_model(name_or_path: str | Path, dtype: torch.dtype = torch.float32, dev
 
 
 def _tokenizer(folder: Path):
+    """The folder's tokenizer: ours, its own through transformers, or None (prompts as token ids)."""
     if (folder / "course_tokenizer.json").is_file():
         return ByteTokenizer()
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return None
     try:
         from transformers import AutoTokenizer
     except ImportError as error:
