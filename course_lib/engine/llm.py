@@ -110,11 +110,13 @@ class LLM:
         """Schedule and run one step; return the requests that finished in it."""
         started = time.perf_counter()
         plan = self.scheduler.schedule()
-        scheduled_at = time.perf_counter()
-        sampled = {}
+        sampled, model_time = {}, 0.0
         if plan.num_scheduled_tokens:
             tables = {rid: self.kv_cache_manager.block_ids(rid) for rid in plan.num_scheduled_tokens}
-            sampled = self.runner.execute(plan, self.scheduler.requests, tables, self._generators)
+            batch = self.runner.prepare(plan, self.scheduler.requests, tables)
+            model_started = time.perf_counter()
+            sampled = self.runner.execute(batch, self._generators)
+            model_time = time.perf_counter() - model_started
         finished = self.scheduler.update_from_output(plan, sampled, time.perf_counter())
         pool = self.kv_cache_manager.block_pool
         self.step_trace.append(StepRecord(
@@ -123,7 +125,7 @@ class LLM:
             running=[r.request_id for r in self.scheduler.running],
             blocks_used=len(pool.blocks) - pool.num_free_blocks, blocks_free=pool.num_free_blocks,
             prefix_hit_tokens=plan.prefix_hit_tokens, preempted=list(plan.preempted),
-            wall_time_s=time.perf_counter() - started, schedule_time_s=scheduled_at - started))
+            wall_time_s=time.perf_counter() - started, model_time_s=model_time))
         for request in finished:
             self._generators.pop(request.request_id, None)
         return finished

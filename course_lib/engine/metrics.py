@@ -18,7 +18,12 @@ class StepRecord:
     prefix_hit_tokens: int
     preempted: list[str]
     wall_time_s: float
-    schedule_time_s: float
+    model_time_s: float  # forward pass and sampling; the rest of the wall time is bookkeeping
+
+    @property
+    def overhead_time_s(self) -> float:
+        """Scheduling, KV-cache management and input preparation."""
+        return self.wall_time_s - self.model_time_s
 
     @property
     def num_tokens(self) -> int:

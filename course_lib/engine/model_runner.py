@@ -7,13 +7,28 @@ requests whose last uncomputed token is in this step get logits (and a sampled t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from course_lib.engine.attention import AttentionMetadata
+from course_lib.engine.attention import AttentionMetadata, build_metadata
 from course_lib.engine.request import Request
 from course_lib.engine.sampler import sample
 from course_lib.engine.scheduler import SchedulerOutput
 from course_lib.models.llama import LlamaForCausalLM
+
+
+@dataclass
+class ModelInput:
+    """Everything one forward pass needs, built by ``ModelRunner.prepare``."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    metadata: AttentionMetadata
+    logits_indices: torch.Tensor
+    sampling: list[Request]  # requests that get a token this step, in logits row order
+    swap_out: list[tuple[int, int]]
+    swap_in: list[tuple[int, int]]
 
 
 class ModelRunner:
@@ -38,13 +53,10 @@ class ModelRunner:
             else:
                 gpu[:, dst.to(self.device)] = cpu[:, src].to(self.device)
 
-    @torch.inference_mode()
-    def execute(self, out: SchedulerOutput, requests: dict[str, Request], block_tables: dict[str, list[int]],
-                generators: dict[str, torch.Generator]) -> dict[str, int]:
-        """Run the step; return the sampled token of each request that finished its uncomputed tokens."""
-        self._copy_blocks(out.swap_out, to_cpu=True)
-        self._copy_blocks(out.swap_in, to_cpu=False)
-        ids, positions, slots, starts, seq_lens, tables, logit_rows, sampling = [], [], [], [0], [], [], [], []
+    def prepare(self, out: SchedulerOutput, requests: dict[str, Request],
+                block_tables: dict[str, list[int]]) -> ModelInput:
+        """Flatten the step's new tokens, their positions and slots, and the attention metadata."""
+        ids, positions, slots, query_lens, seq_lens, tables, logit_rows, sampling = [], [], [], [], [], [], [], []
         for request_id, count in out.num_scheduled_tokens.items():
             request = requests[request_id]
             first, last = request.num_computed_tokens, request.num_computed_tokens + count
@@ -52,22 +64,24 @@ class ModelRunner:
             ids += request.all_token_ids[first:last]
             positions += range(first, last)
             slots += [table[p // self.block_size] * self.block_size + p % self.block_size for p in range(first, last)]
-            starts.append(starts[-1] + count)
+            query_lens.append(count)
             seq_lens.append(last)
             tables.append(table)
             if last == request.num_tokens:
-                logit_rows.append(starts[-1] - 1)
+                logit_rows.append(len(ids) - 1)
                 sampling.append(request)
-        width = max(len(t) for t in tables)
         device = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, device=device),
-            query_start_loc=starts,
-            seq_lens=seq_lens,
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device),
-            block_size=self.block_size,
+        return ModelInput(
+            torch.tensor(ids, device=device), torch.tensor(positions, device=device),
+            build_metadata(slots, query_lens, seq_lens, tables, self.block_size, device),
+            torch.tensor(logit_rows, device=device, dtype=torch.long), sampling, out.swap_out, out.swap_in,
         )
-        logits = self.model(torch.tensor(ids, device=device), torch.tensor(positions, device=device), self.kv_caches,
-                            meta, torch.tensor(logit_rows, device=device, dtype=torch.long))
+
+    @torch.inference_mode()
+    def execute(self, batch: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int]:
+        """Move swapped KV, run the forward pass, and sample for every request that reached its end."""
+        self._copy_blocks(batch.swap_out, to_cpu=True)
+        self._copy_blocks(batch.swap_in, to_cpu=False)
+        logits = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.metadata, batch.logits_indices)
         return {r.request_id: sample(row, r.sampling_params, generators.get(r.request_id))
-                for r, row in zip(sampling, logits)}
+                for r, row in zip(batch.sampling, logits)}

@@ -105,24 +105,23 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, kvh * hd, bias=False)
         self.o_proj = nn.Linear(h * hd, config.hidden_size, bias=False)
 
-    def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
+    def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
         c = self.config
         q = self.q_proj(x).unflatten(-1, (c.num_attention_heads, c.head_dim))
         k = self.k_proj(x).unflatten(-1, (c.num_key_value_heads, c.head_dim))
         v = self.v_proj(x).unflatten(-1, (c.num_key_value_heads, c.head_dim))
-        cos, sin = rotary(positions, c.head_dim, c.rope_theta, x.dtype)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+        return apply_rotary(q, *rope), apply_rotary(k, *rope), v
 
-    def forward_dense(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward_dense(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """x: [B, T, hidden]; full causal attention within each row."""
-        q, k, v = (t.transpose(1, 2) for t in self._qkv(x, positions))  # [B, heads, T, hd]
+        q, k, v = (t.transpose(1, 2) for t in self._qkv(x, rope))  # [B, heads, T, hd]
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).flatten(-2))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor,
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv_cache: torch.Tensor,
                 metadata: AttentionMetadata) -> torch.Tensor:
         """x: [N, hidden] new tokens; their K/V are written to ``kv_cache`` before attending."""
-        q, k, v = self._qkv(x, positions)
+        q, k, v = self._qkv(x, rope)
         write_kv(kv_cache, k, v, metadata.slot_mapping)
         out = paged_attention(q, kv_cache, metadata, scale=1.0 / math.sqrt(self.config.head_dim))
         return self.o_proj(out.flatten(-2))
@@ -171,18 +170,23 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype):
+        return rotary(positions, self.config.head_dim, self.config.rope_theta, dtype)
+
     def forward_dense(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, T, vocab]`` for whole sequences ``[B, T]`` (positions 0..T-1)."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         x = self.model.embed_tokens(input_ids)
+        rope = self._rope(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, lambda attn, h: attn.forward_dense(h, positions))
+            x = layer(x, lambda attn, h: attn.forward_dense(h, rope))
         return self.lm_head(self.model.norm(x))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[torch.Tensor],
                 metadata: AttentionMetadata, logits_indices: torch.Tensor) -> torch.Tensor:
         """Logits at ``logits_indices`` of a flat batch of new tokens, reading and writing paged KV."""
         x = self.model.embed_tokens(input_ids)
+        rope = self._rope(positions, x.dtype)
         for layer, cache in zip(self.model.layers, kv_caches):
-            x = layer(x, lambda attn, h, cache=cache: attn.forward(h, positions, cache, metadata))
+            x = layer(x, lambda attn, h, cache=cache: attn.forward(h, rope, cache, metadata))
         return self.lm_head(self.model.norm(x[logits_indices]))
