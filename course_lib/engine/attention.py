@@ -6,6 +6,9 @@ A request's token at position ``p`` lives in slot ``block_table[p // block_size]
 request ``r`` owns rows ``query_start_loc[r]:query_start_loc[r+1]``, which are the last
 positions of its ``seq_lens[r]`` tokens. ``build_metadata`` does the index arithmetic once
 per step; every layer then only gathers and attends.
+
+Decoding requests (one new token each) are sorted by context length and attended in small
+padded buckets, so a short request never pays for the longest one's padding.
 """
 
 from __future__ import annotations
@@ -16,27 +19,34 @@ import torch
 import torch.nn.functional as F
 
 
+DECODE_BUCKET = 8  # decoding requests per padded attention call
+
+
+@dataclass
+class DecodeBucket:
+    """Decoding requests of similar length: their query rows, block tables (padded) and mask."""
+
+    rows: torch.Tensor  # [B]
+    block_tables: torch.Tensor  # [B, max_blocks], padded with block 0
+    mask: torch.Tensor  # [B, 1, 1, max_blocks * block_size], True inside the context
+
+
 @dataclass
 class PrefillGroup:
-    """One request with several new tokens: its rows, the slots of its whole context, its causal mask."""
+    """One request with several new tokens: its rows, its blocks and its causal mask."""
 
     start: int
     num_queries: int
-    slots: torch.Tensor  # [seq_len]
-    mask: torch.Tensor  # [1, 1, num_queries, seq_len], True = may attend
+    block_tables: torch.Tensor  # [1, num_blocks]
+    mask: torch.Tensor  # [1, 1, num_queries, num_blocks * block_size], True = may attend
 
 
 @dataclass
 class AttentionMetadata:
-    """Where each new token's K/V goes, and which cached tokens each query attends to.
-
-    Decoding requests (one new token each) are attended together as one padded batch.
-    """
+    """Where each new token's K/V goes, and which cached tokens each query attends to."""
 
     slot_mapping: torch.Tensor  # [num_tokens]
-    decode_rows: torch.Tensor  # [D] row of each decoding request's query
-    decode_slots: torch.Tensor  # [D, max_len] slots of each decoding request's context (padded)
-    decode_mask: torch.Tensor  # [D, 1, 1, max_len] True where the slot is inside the context
+    decodes: list[DecodeBucket]
     prefills: list[PrefillGroup]
 
 
@@ -44,36 +54,33 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
                    block_tables: list[list[int]], block_size: int, device) -> AttentionMetadata:
     """Index tensors for one step; ``block_tables[r]`` covers ``seq_lens[r]`` tokens."""
 
-    def slots_of(tables: list[list[int]], length: int) -> torch.Tensor:
+    def padded(tables: list[list[int]]) -> torch.Tensor:
         width = max(len(t) for t in tables)
-        table = torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device)
-        pos = torch.arange(length, device=device)
-        return table[:, pos // block_size] * block_size + pos % block_size
+        return torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device)
 
     starts = [0]
     for n in query_lens:
         starts.append(starts[-1] + n)
-    decode = [r for r, n in enumerate(query_lens) if n == 1]
-    if decode:
-        lens = torch.tensor([seq_lens[r] for r in decode], device=device)
-        decode_slots = slots_of([block_tables[r] for r in decode], int(lens.max()))
-        decode_mask = (torch.arange(decode_slots.shape[1], device=device) < lens[:, None])[:, None, None, :]
-    else:
-        decode_slots = torch.zeros(0, 0, dtype=torch.long, device=device)
-        decode_mask = torch.zeros(0, 1, 1, 0, dtype=torch.bool, device=device)
+    decode = sorted((r for r, n in enumerate(query_lens) if n == 1), key=lambda r: seq_lens[r])
+    decodes = []
+    for first in range(0, len(decode), DECODE_BUCKET):
+        bucket = decode[first:first + DECODE_BUCKET]
+        tables = padded([block_tables[r] for r in bucket])
+        lens = torch.tensor([seq_lens[r] for r in bucket], device=device)
+        mask = torch.arange(tables.shape[1] * block_size, device=device) < lens[:, None]
+        decodes.append(DecodeBucket(torch.tensor([starts[r] for r in bucket], device=device), tables,
+                                    mask[:, None, None, :]))
     prefills = []
     for r, n in enumerate(query_lens):
         if n == 1:
             continue
-        length = seq_lens[r]
-        query_pos = torch.arange(length - n, length, device=device)
-        mask = torch.arange(length, device=device)[None, :] <= query_pos[:, None]
-        prefills.append(PrefillGroup(starts[r], n, slots_of([block_tables[r]], length)[0], mask[None, None]))
+        tables = padded([block_tables[r]])
+        query_pos = torch.arange(seq_lens[r] - n, seq_lens[r], device=device)
+        mask = torch.arange(tables.shape[1] * block_size, device=device)[None, :] <= query_pos[:, None]
+        prefills.append(PrefillGroup(starts[r], n, tables, mask[None, None]))
     return AttentionMetadata(
         slot_mapping=torch.tensor(slot_mapping, device=device),
-        decode_rows=torch.tensor([starts[r] for r in decode], device=device, dtype=torch.long),
-        decode_slots=decode_slots,
-        decode_mask=decode_mask,
+        decodes=decodes,
         prefills=prefills,
     )
 
@@ -91,18 +98,19 @@ def _attend(q, k, v, mask, scale):
     return out.transpose(1, 2)
 
 
+def _gather(kv_cache: torch.Tensor, block_tables: torch.Tensor):
+    """Keys and values ``[B, blocks * block_size, kv_heads, head_dim]`` of whole blocks."""
+    kv = kv_cache[:, block_tables]  # [2, B, blocks, block_size, kv_heads, head_dim]
+    return kv[0].flatten(1, 2), kv[1].flatten(1, 2)
+
+
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """Causal attention of new queries ``[N, heads, head_dim]`` over each request's cached context."""
-    keys = kv_cache[0].flatten(0, 1)
-    values = kv_cache[1].flatten(0, 1)
     out = torch.empty_like(q)
-    if len(meta.decode_rows):
-        rows = meta.decode_rows
-        attended = _attend(q[rows].unsqueeze(1), keys[meta.decode_slots], values[meta.decode_slots],
-                           meta.decode_mask, scale)
-        out[rows] = attended.squeeze(1)
+    for bucket in meta.decodes:
+        attended = _attend(q[bucket.rows].unsqueeze(1), *_gather(kv_cache, bucket.block_tables), bucket.mask, scale)
+        out[bucket.rows] = attended.squeeze(1)
     for group in meta.prefills:
         rows = slice(group.start, group.start + group.num_queries)
-        out[rows] = _attend(q[rows].unsqueeze(0), keys[group.slots].unsqueeze(0), values[group.slots].unsqueeze(0),
-                            group.mask, scale)[0]
+        out[rows] = _attend(q[rows].unsqueeze(0), *_gather(kv_cache, group.block_tables), group.mask, scale)[0]
     return out
