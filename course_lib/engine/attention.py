@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-
 DECODE_BUCKET = 8  # decoding requests per padded attention call
 
 

@@ -25,6 +25,7 @@ from course_lib.engine.scheduler import Scheduler
 from course_lib.models.llama import LlamaForCausalLM
 from course_lib.models.loader import load_model
 from course_lib.models.tokenizer import ByteTokenizer
+from course_lib.perf.kv import kv_bytes_per_token
 
 
 class LLM:
@@ -38,6 +39,7 @@ class LLM:
         max_model_len: int | None = None,
         block_size: int = 16,
         num_gpu_blocks: int | None = None,
+        gpu_memory_utilization: float = 0.9,
         enable_prefix_caching: bool = True,
         long_prefill_token_threshold: int = 0,
         preemption_mode: str = "recompute",
@@ -56,7 +58,8 @@ class LLM:
         if max_model_len > limit:
             raise ValueError(f"max_model_len={max_model_len} exceeds the model's {limit} positions; lower it.")
         if num_gpu_blocks is None:
-            num_gpu_blocks = -(-max_num_seqs * max_model_len // block_size)
+            num_gpu_blocks = self._default_num_blocks(device, gpu_memory_utilization, block_size, max_num_seqs,
+                                                      max_model_len)
         if num_gpu_blocks * block_size < max_model_len:
             raise ValueError(
                 f"A KV cache of {num_gpu_blocks} blocks x {block_size} tokens cannot hold one request of "
@@ -73,6 +76,18 @@ class LLM:
         self.step_trace: list[StepRecord] = []
         self._generators: dict[str, torch.Generator] = {}
         self._ids = itertools.count()
+
+    def _default_num_blocks(self, device: str, utilization: float, block_size: int, max_num_seqs: int,
+                            max_model_len: int) -> int:
+        """On CUDA, what ``gpu_memory_utilization`` leaves after the weights (less a 10% activation
+        reserve); on the CPU, enough for ``max_num_seqs`` full-length requests."""
+        if not device.startswith("cuda"):
+            return -(-max_num_seqs * max_model_len // block_size)
+        c, itemsize = self.model.config, next(self.model.parameters()).element_size()
+        block_bytes = block_size * kv_bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, itemsize)
+        total = torch.cuda.get_device_properties(device).total_memory
+        budget = utilization * total - torch.cuda.memory_allocated(device)
+        return int(0.9 * budget // block_bytes)
 
     # --- requests --------------------------------------------------------------------
     def _encode(self, prompt: str | list[int]) -> list[int]:
