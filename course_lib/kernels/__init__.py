@@ -1,0 +1,5 @@
+"""Triton kernels, each beside a plain-PyTorch reference with the same signature.
+
+On a GPU they compile; on a CPU they run under ``TRITON_INTERPRET=1`` (set it before the
+first import of this package; it is ~300x slower, so keep shapes small).
+"""

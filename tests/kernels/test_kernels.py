@@ -1,0 +1,88 @@
+"""Each Triton kernel against its PyTorch reference (under TRITON_INTERPRET=1 on a CPU)."""
+
+import random
+
+import pytest
+import torch
+
+from course_lib.kernels.cache_write import write_kv_cache, write_kv_cache_ref
+from course_lib.kernels.paged_attention import (
+    paged_decode_attention,
+    paged_decode_attention_ref,
+    paged_prefill_attention,
+    paged_prefill_attention_ref,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def scattered_cache(lengths, block_size, kv_heads, dim, dtype, seed):
+    """Random caches with each sequence's blocks scattered over the pool, and its block table."""
+    rng = random.Random(seed)
+    counts = [-(-n // block_size) for n in lengths]
+    num_blocks = sum(counts) + 3
+    order = list(range(num_blocks))
+    rng.shuffle(order)
+    width = max(counts)
+    tables = torch.zeros(len(lengths), width, dtype=torch.int32)
+    used = 0
+    for r, count in enumerate(counts):
+        tables[r, :count] = torch.tensor(order[used:used + count])
+        used += count
+    shape = (num_blocks, block_size, kv_heads, dim)
+    gen = torch.Generator().manual_seed(seed)
+    k = torch.randn(shape, generator=gen).to(dtype)
+    v = torch.randn(shape, generator=gen).to(dtype)
+    return k.to(DEVICE), v.to(DEVICE), tables.to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("block_size, heads, kv_heads, dim, lengths", [
+    (4, 4, 4, 16, [1, 4, 9]),  # MHA; a single token, an exact block, a partial block
+    (8, 8, 2, 32, [16, 3, 17, 8]),  # GQA 4:1
+    (16, 6, 2, 16, [33, 1, 16]),  # GQA 3:1 (padded group)
+    (2, 4, 1, 16, [5, 2]),  # MQA, tiny blocks
+])
+def test_decode_kernel_matches_reference(dtype, block_size, heads, kv_heads, dim, lengths):
+    k_cache, v_cache, tables = scattered_cache(lengths, block_size, kv_heads, dim, dtype, seed=len(lengths))
+    q = torch.randn(len(lengths), heads, dim, generator=torch.Generator().manual_seed(1)).to(dtype).to(DEVICE)
+    seq_lens = torch.tensor(lengths, device=DEVICE)
+    got = paged_decode_attention(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5)
+    want = paged_decode_attention_ref(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5)
+    torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("block_size, heads, kv_heads, query_lens, seq_lens", [
+    (4, 4, 2, [5, 1, 3], [5, 9, 12]),  # a fresh prompt, a decode, a chunk after cached tokens
+    (8, 4, 4, [20, 8], [20, 24]),  # queries spanning several query tiles and exact blocks
+    (16, 2, 1, [7], [39]),  # a prefix-cache hit: 32 cached tokens, 7 new
+])
+def test_prefill_kernel_matches_reference(dtype, block_size, heads, kv_heads, query_lens, seq_lens):
+    dim = 16
+    k_cache, v_cache, tables = scattered_cache(seq_lens, block_size, kv_heads, dim, dtype, seed=3)
+    q = torch.randn(sum(query_lens), heads, dim, generator=torch.Generator().manual_seed(2)).to(dtype).to(DEVICE)
+    starts = torch.tensor([0] + list(torch.tensor(query_lens).cumsum(0)), device=DEVICE)
+    lens = torch.tensor(seq_lens, device=DEVICE)
+    got = paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, dim ** -0.5, block_m=4)
+    want = paged_prefill_attention_ref(q, k_cache, v_cache, tables, starts, lens, dim ** -0.5)
+    torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_cache_write_matches_reference(dtype):
+    caches = [torch.zeros(6, 4, 2, 16, dtype=dtype, device=DEVICE) for _ in range(4)]
+    k = torch.randn(5, 2, 16).to(dtype).to(DEVICE)
+    v = torch.randn(5, 2, 16).to(dtype).to(DEVICE)
+    slots = torch.tensor([0, 23, 7, 8, 13], device=DEVICE)
+    write_kv_cache(k, v, caches[0], caches[1], slots)
+    write_kv_cache_ref(k, v, caches[2], caches[3], slots)
+    assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+
+
+def test_non_power_of_two_blocks_are_refused():
+    cache = torch.zeros(4, 3, 1, 16)
+    with pytest.raises(ValueError, match="block_size=3 must be a power of two"):
+        paged_decode_attention(torch.zeros(1, 1, 16), cache, cache, torch.zeros(1, 1, dtype=torch.int32),
+                               torch.tensor([2]), 1.0)
