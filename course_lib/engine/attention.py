@@ -1,4 +1,4 @@
-"""Paged attention in plain PyTorch: the reference backend (Triton kernels plug in beside it).
+"""Paged attention in plain PyTorch: the engine's reference backend (``attention_backend="torch"``).
 
 KV cache of one layer: ``[2, num_blocks, block_size, kv_heads, head_dim]`` (keys, then values).
 A request's token at position ``p`` lives in slot ``block_table[p // block_size] * block_size
@@ -42,11 +42,18 @@ class PrefillGroup:
 
 @dataclass
 class AttentionMetadata:
-    """Where each new token's K/V goes, and which cached tokens each query attends to."""
+    """Where each new token's K/V goes, and which cached tokens each query attends to.
+    Every backend's metadata offers the same two methods, which the model's layers call."""
 
     slot_mapping: torch.Tensor  # [num_tokens]
     decodes: list[DecodeBucket]
     prefills: list[PrefillGroup]
+
+    def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        write_kv(kv_cache, k, v, self.slot_mapping)
+
+    def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float) -> torch.Tensor:
+        return paged_attention(q, kv_cache, self, scale)
 
 
 def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: list[int],

@@ -47,6 +47,7 @@ class LLM:
         num_cpu_blocks: int | None = None,
         device: str | None = None,
         dtype: torch.dtype | None = None,
+        attention_backend: str | None = None,
     ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -72,7 +73,9 @@ class LLM:
         num_cpu_blocks = num_gpu_blocks if num_cpu_blocks is None and preemption_mode == "swap" else (num_cpu_blocks or 0)
         self.kv_cache_manager = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.scheduler_config, self.kv_cache_manager, num_cpu_blocks)
-        self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks)
+        # Triton kernels where they compile; on a CPU they only run in the (slow) interpreter.
+        attention_backend = attention_backend or ("triton" if device.startswith("cuda") else "torch")
+        self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, attention_backend)
         self.step_trace: list[StepRecord] = []
         self._generators: dict[str, torch.Generator] = {}
         self._ids = itertools.count()

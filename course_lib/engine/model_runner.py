@@ -7,6 +7,7 @@ requests whose last uncomputed token is in this step get logits (and a sampled t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,22 @@ from course_lib.engine.sampler import sample
 from course_lib.engine.scheduler import SchedulerOutput
 from course_lib.models.llama import LlamaForCausalLM
 
+ATTENTION_BACKENDS = ("torch", "triton")
+
+
+def _metadata_builder(backend: str):
+    """The per-step metadata constructor of an attention backend."""
+    if backend == "torch":
+        return build_metadata
+    if backend == "triton":
+        try:
+            from course_lib.engine.triton_attention import TritonAttentionMetadata
+        except ImportError as error:
+            raise ImportError("attention_backend='triton' needs the triton package (Linux); "
+                              "use attention_backend='torch'.") from error
+        return TritonAttentionMetadata.build
+    raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {backend!r}.")
+
 
 @dataclass
 class ModelInput:
@@ -24,7 +41,7 @@ class ModelInput:
 
     input_ids: torch.Tensor
     positions: torch.Tensor
-    metadata: AttentionMetadata
+    metadata: AttentionMetadata  # or the Triton backend's metadata: same write/attend methods
     logits_indices: torch.Tensor
     sampling: list[Request]  # requests that get a token this step, in logits row order
     swap_out: list[tuple[int, int]]
@@ -32,10 +49,16 @@ class ModelInput:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int, num_cpu_blocks: int = 0) -> None:
+    def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int, num_cpu_blocks: int = 0,
+                 attention_backend: str = "torch") -> None:
         self.model = model
         self.block_size = block_size
         param = next(model.parameters())
+        if attention_backend == "triton" and param.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("attention_backend='triton' on the CPU needs TRITON_INTERPRET=1 in the environment "
+                             "before Python starts (kernels then run in Triton's slow interpreter); "
+                             "or use attention_backend='torch'.")
+        self.build_metadata = _metadata_builder(attention_backend)
         c = model.config
         shape = (2, num_blocks, block_size, c.num_key_value_heads, c.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=param.dtype, device=param.device) for _ in range(c.num_hidden_layers)]
@@ -73,7 +96,7 @@ class ModelRunner:
         device = self.device
         return ModelInput(
             torch.tensor(ids, device=device), torch.tensor(positions, device=device),
-            build_metadata(slots, query_lens, seq_lens, tables, self.block_size, device),
+            self.build_metadata(slots, query_lens, seq_lens, tables, self.block_size, device),
             torch.tensor(logit_rows, device=device, dtype=torch.long), sampling, out.swap_out, out.swap_in,
         )
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.engine.attention import AttentionMetadata, paged_attention, write_kv
+from course_lib.engine.attention import AttentionMetadata
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,8 @@ class LlamaAttention(nn.Module):
                 metadata: AttentionMetadata) -> torch.Tensor:
         """x: [N, hidden] new tokens; their K/V are written to ``kv_cache`` before attending."""
         q, k, v = self._qkv(x, rope)
-        write_kv(kv_cache, k, v, metadata.slot_mapping)
-        out = paged_attention(q, kv_cache, metadata, scale=1.0 / math.sqrt(self.config.head_dim))
+        metadata.write(kv_cache, k, v)
+        out = metadata.attend(q, kv_cache, 1.0 / math.sqrt(self.config.head_dim))
         return self.o_proj(out.flatten(-2))
 
 

@@ -1,0 +1,76 @@
+"""The engine's Triton attention backend (``attention_backend="triton"``).
+
+Same contract as the PyTorch backend in ``attention.py``: metadata built once per step, then
+``write`` and ``attend`` per layer. Decoding requests go through the decode kernel in one
+launch; requests with several new tokens (prefill chunks) through the prefill kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from course_lib.kernels.cache_write import write_kv_cache
+from course_lib.kernels.paged_attention import (
+    paged_decode_attention,
+    paged_prefill_attention,
+)
+
+
+def _padded(tables: list[list[int]], device) -> torch.Tensor:
+    width = max((len(t) for t in tables), default=1)
+    return torch.tensor([t + [0] * (width - len(t)) for t in tables] or [[0]], dtype=torch.int32, device=device)
+
+
+@dataclass
+class TritonAttentionMetadata:
+    slot_mapping: torch.Tensor
+    decode_rows: torch.Tensor  # rows of decoding requests' queries
+    decode_tables: torch.Tensor
+    decode_lens: torch.Tensor
+    prefill_rows: torch.Tensor  # rows of all other requests' queries, request after request
+    prefill_starts: torch.Tensor  # [P + 1] offsets into prefill_rows
+    prefill_tables: torch.Tensor
+    prefill_lens: torch.Tensor
+
+    @classmethod
+    def build(cls, slot_mapping: list[int], query_lens: list[int], seq_lens: list[int],
+              block_tables: list[list[int]], block_size: int, device) -> "TritonAttentionMetadata":
+        starts = [0]
+        for n in query_lens:
+            starts.append(starts[-1] + n)
+        decode = [r for r, n in enumerate(query_lens) if n == 1]
+        prefill = [r for r, n in enumerate(query_lens) if n > 1]
+        prefill_starts = [0]
+        for r in prefill:
+            prefill_starts.append(prefill_starts[-1] + query_lens[r])
+
+        def ints(values):
+            return torch.tensor(values, dtype=torch.int32, device=device)
+
+        return cls(
+            slot_mapping=torch.tensor(slot_mapping, dtype=torch.long, device=device),
+            decode_rows=torch.tensor([starts[r] for r in decode], dtype=torch.long, device=device),
+            decode_tables=_padded([block_tables[r] for r in decode], device),
+            decode_lens=ints([seq_lens[r] for r in decode]),
+            prefill_rows=torch.tensor([i for r in prefill for i in range(starts[r], starts[r + 1])],
+                                      dtype=torch.long, device=device),
+            prefill_starts=ints(prefill_starts),
+            prefill_tables=_padded([block_tables[r] for r in prefill], device),
+            prefill_lens=ints([seq_lens[r] for r in prefill]),
+        )
+
+    def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        write_kv_cache(k, v, kv_cache[0], kv_cache[1], self.slot_mapping)
+
+    def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float) -> torch.Tensor:
+        out = torch.empty_like(q)
+        if len(self.decode_rows):
+            out[self.decode_rows] = paged_decode_attention(q[self.decode_rows], kv_cache[0], kv_cache[1],
+                                                           self.decode_tables, self.decode_lens, scale)
+        if len(self.prefill_rows):
+            out[self.prefill_rows] = paged_prefill_attention(q[self.prefill_rows], kv_cache[0], kv_cache[1],
+                                                             self.prefill_tables, self.prefill_starts,
+                                                             self.prefill_lens, scale)
+        return out
