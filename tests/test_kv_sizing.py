@@ -121,3 +121,16 @@ def test_format_bytes_picks_binary_units():
     assert format_bytes(16 * GiB) == "16.0 GiB"
     assert format_bytes(512) == "512 B"
     assert format_bytes(-2 * MiB) == "-2.0 MiB"
+
+
+@pytest.mark.parametrize("device_name, preset", [
+    ("NVIDIA H200", "H200-141GB"), ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("Tesla T4", None),
+])
+def test_cuda_device_names_map_to_presets(device_name, preset):
+    from course_lib.perf.hardware import match_gpu
+
+    found = match_gpu(device_name)
+    assert (found.name if found else None) == preset
+    if found:
+        assert found.hbm_bandwidth > 1e11
