@@ -64,3 +64,20 @@ def test_copy_on_write_explorer_reports_savings():
     assert "Saved: <b>60%</b>" in cow.readout.value  # 4 shared prompt + 4 output blocks vs 4 x 5
     cow.num_samples.value = 1
     assert "Saved: <b>0%</b>" in cow.readout.value
+
+
+def test_inside_the_kernel_views():
+    from course_lib.kernels import paged_attention
+    from course_lib.widgets.charts import plot_decode_bandwidth
+    from course_lib.widgets.code_compare import side_by_side
+    from course_lib.widgets.memory_map import draw_block_reads
+
+    html = side_by_side(paged_attention._decode_kernel, paged_attention.paged_decode_attention_ref).data
+    assert "_decode_kernel" in html and "paged_decode_attention_ref" in html
+    fig, ax = matplotlib.pyplot.subplots()
+    draw_block_reads(ax, [[3, 0], [1]], [6, 2], block_size=4, num_blocks=4)
+    assert [t.get_text() for t in ax.texts] == ["0", "1", "0"]  # each program's reading order
+    rows = [{"batch": 64, "context": c, "paged_gb_per_s": 3000.0, "sdpa_gb_per_s": 3500.0} for c in (512, 4096)]
+    fig = plot_decode_bandwidth({"rows": rows, "peak_hbm_bytes_per_s": 4.8e12, "device": "NVIDIA H200"})
+    line = fig.axes[0].lines[0]
+    assert list(line.get_ydata()) == pytest.approx([62.5, 62.5]) and "% of peak" in fig.axes[0].get_ylabel()

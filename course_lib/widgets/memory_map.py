@@ -104,3 +104,25 @@ def draw_block_tables(ax, tables: CopyOnWriteBlockTables):
     ax.set_ylabel("sequence")
     ax.set_title("Block tables after parallel sampling (orange = shared, bold edge = copied on write)")
     return ax
+
+
+def draw_block_reads(ax, block_tables: list[list[int]], seq_lens: list[int], block_size: int, num_blocks: int):
+    """The physical block pool as the decode kernel sees it: one program per sequence walks its
+    block table, so it reads scattered blocks in logical order (the number in each block)."""
+    for block in range(num_blocks):
+        ax.add_patch(Rectangle((block, 0), 0.92, 0.9, facecolor="white", edgecolor="#bbbbbb", lw=0.6))
+    for seq, (table, length) in enumerate(zip(block_tables, seq_lens)):
+        color = plt.get_cmap("tab10")(seq)
+        for step, block in enumerate(table[: -(-length // block_size)]):
+            filled = min(block_size, length - step * block_size) / block_size
+            ax.add_patch(Rectangle((block, 0), 0.92, 0.9 * filled, facecolor=color, alpha=0.85, lw=0))
+            ax.text(block + 0.46, 0.45, str(step), ha="center", va="center", fontsize=9, color="black")
+        ax.plot([], [], color=color, lw=6, label=f"program {seq}: sequence {seq}, {length} tokens")
+    ax.set_xlim(0, num_blocks)
+    ax.set_ylim(-0.1, 1)
+    ax.set_yticks([])
+    ax.set_xlabel(f"physical block id ({block_size} tokens each); number = order the program reads it")
+    ax.set_ylabel("KV pool")
+    ax.set_title("What each decode program reads through its block table")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=3, fontsize=8, frameon=False)
+    return ax

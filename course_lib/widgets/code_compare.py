@@ -1,0 +1,23 @@
+"""Two pieces of source side by side, syntax-highlighted (for kernel vs reference)."""
+
+from __future__ import annotations
+
+import inspect
+
+from IPython.display import HTML
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+
+def side_by_side(left, right, left_title: str = "", right_title: str = "") -> HTML:
+    """Show the source of two functions (or two strings) in two columns."""
+    formatter = HtmlFormatter(noclasses=True, style="friendly")
+
+    def column(obj, title: str) -> str:
+        source = obj if isinstance(obj, str) else inspect.getsource(getattr(obj, "fn", obj))  # .fn: a Triton kernel
+        return (f"<div style='flex:1;min-width:0;overflow-x:auto'><b>{title}</b>"
+                f"{highlight(source, PythonLexer(), formatter)}</div>")
+
+    return HTML(f"<div style='display:flex;gap:1em;font-size:85%'>{column(left, left_title)}"
+                f"{column(right, right_title)}</div>")
