@@ -33,7 +33,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, lens_ptr, scale,
     running_sum = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, DIM], tl.float32)
     for start in range(0, length, BLOCK):
-        block = tl.load(tables_ptr + seq * stride_tb + start // BLOCK)
+        block = tl.load(tables_ptr + seq * stride_tb + start // BLOCK).to(tl.int64)  # large pools overflow int32
         tok_ok = start + offs < length
         kv_offsets = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + dims[None, :]
         k = tl.load(k_ptr + kv_offsets, mask=tok_ok[:, None], other=0.0).to(tl.float32)
@@ -118,7 +118,7 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_p
     acc = tl.zeros([BLOCK_M, DIM], tl.float32)
     last = tl.minimum(length, length - num_queries + (tile + 1) * BLOCK_M)  # keys this tile can see
     for start in range(0, last, BLOCK):
-        block = tl.load(tables_ptr + req * stride_tb + start // BLOCK)
+        block = tl.load(tables_ptr + req * stride_tb + start // BLOCK).to(tl.int64)
         key_pos = start + offs
         kv_offsets = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + dims[None, :]
         k = tl.load(k_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0).to(tl.float32)
