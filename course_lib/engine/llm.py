@@ -154,23 +154,26 @@ class LLM:
         prompts = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else prompts
         for prompt in prompts:
             self._encode(prompt)  # validate every prompt before any work starts
-        groups = [(prompt, self.add_request(prompt, sampling_params, cache_salt)) for prompt in prompts]
+        groups = []
+        for prompt in prompts:
+            request_id = str(next(self._ids))
+            groups.append((request_id, prompt, self.add_request(prompt, sampling_params, cache_salt, request_id)))
         done: dict[str, Request] = {}
         while self.scheduler.has_unfinished_requests():
             for request in self.step():
                 done[request.request_id] = request
             if on_step is not None:
                 on_step(len(self.step_trace))
-        return [self._output(prompt, [done[i] for i in ids]) for prompt, ids in groups]
+        return [self._output(request_id, prompt, [done[i] for i in ids]) for request_id, prompt, ids in groups]
 
-    def _output(self, prompt, requests: list[Request]) -> RequestOutput:
+    def _output(self, request_id: str, prompt, requests: list[Request]) -> RequestOutput:
         completions = [
             CompletionOutput(i, self.tokenizer.decode(r.output_token_ids), list(r.output_token_ids),
                              "stop" if r.status is RequestStatus.FINISHED_STOPPED else "length")
             for i, r in enumerate(requests)
         ]
         first = requests[0]
-        return RequestOutput(first.request_id.split(".")[0], prompt if isinstance(prompt, str) else None,
+        return RequestOutput(request_id, prompt if isinstance(prompt, str) else None,
                              list(first.prompt_token_ids), completions,
                              [RequestMetrics(r.arrival_time, list(r.token_times)) for r in requests],
                              max(0, first.num_cached_tokens))
