@@ -1,8 +1,11 @@
-"""GPU presets: memory a serving engine can carve its KV cache from, and peak HBM bandwidth.
+"""GPU presets: memory, peak HBM bandwidth, peak dense FLOP/s, and interconnect bandwidths.
 
-Memory sizes are the cards' marketed capacities read as GiB, which is what
-``torch.cuda.mem_get_info`` reports (to within the driver's own reservation). Bandwidths
-are the vendors' peak figures in bytes per second (SXM parts for A100/H100/H200).
+Sources: NVIDIA's datasheets for the A100 (SXM), H100 (SXM), H200 (SXM), B200 (HGX) and L4;
+dense (not sparse) tensor-core peaks; fp8 is 0 where the chip has no fp8 tensor cores.
+Memory sizes are the marketed capacities read as GiB, which is what ``torch.cuda.mem_get_info``
+reports (to within the driver's reservation). NVLink is the per-GPU aggregate (0: none);
+PCIe is one direction of an x16 link (Gen4 ~32 GB/s, Gen5 ~64 GB/s); network is one NIC per
+GPU (HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s, XDR 800 Gb/s = 100 GB/s).
 """
 
 from __future__ import annotations
@@ -20,20 +23,26 @@ class GPU:
     name: str
     memory_bytes: int
     hbm_bandwidth: float  # bytes per second, peak
+    bf16_flops: float  # dense FLOP/s
+    fp8_flops: float  # dense FLOP/s; 0 when unsupported
+    nvlink_bandwidth: float  # bytes per second per GPU; 0 when there is no NVLink
+    pcie_bandwidth: float  # bytes per second, one direction
+    network_bandwidth: float  # bytes per second per GPU
 
     def __post_init__(self) -> None:
-        require_positive("GPU.memory_bytes", self.memory_bytes)
-        require_positive("GPU.hbm_bandwidth", self.hbm_bandwidth)
+        for field in ("memory_bytes", "hbm_bandwidth", "bf16_flops", "pcie_bandwidth", "network_bandwidth"):
+            require_positive(f"GPU.{field}", getattr(self, field))
 
 
 GPUS: dict[str, GPU] = {
     gpu.name: gpu
     for gpu in (
-        GPU("L4-24GB", 24 * GiB, 300e9),
-        GPU("A100-40GB", 40 * GiB, 1.555e12),
-        GPU("A100-80GB", 80 * GiB, 2.039e12),
-        GPU("H100-80GB", 80 * GiB, 3.35e12),
-        GPU("H200-141GB", 141 * GiB, 4.8e12),
+        GPU("L4-24GB", 24 * GiB, 300e9, 121e12, 242e12, 0, 32e9, 25e9),
+        GPU("A100-40GB", 40 * GiB, 1.555e12, 312e12, 0, 600e9, 32e9, 25e9),
+        GPU("A100-80GB", 80 * GiB, 2.039e12, 312e12, 0, 600e9, 32e9, 25e9),
+        GPU("H100-80GB", 80 * GiB, 3.35e12, 989e12, 1979e12, 900e9, 64e9, 50e9),
+        GPU("H200-141GB", 141 * GiB, 4.8e12, 989e12, 1979e12, 900e9, 64e9, 50e9),
+        GPU("B200-180GB", 180 * GiB, 8e12, 2250e12, 4500e12, 1800e9, 64e9, 100e9),
     )
 }
 

@@ -26,6 +26,12 @@ class ModelSpec:
     head_dim: int
     num_params: float
     max_context: int
+    num_active_params: float | None = None  # mixture of experts: parameters one token uses
+
+    @property
+    def active_params(self) -> float:
+        """Parameters each token's forward pass multiplies by (all of them for a dense model)."""
+        return self.num_params if self.num_active_params is None else self.num_active_params
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "num_params", "max_context"):
@@ -58,6 +64,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("Mistral-7B", 32, 32, 8, 128, 7.24e9, 32768),
         ModelSpec("Llama-2-7B", 32, 32, 32, 128, 6.74e9, 4096),
         ModelSpec("Falcon-7B", 32, 71, 1, 64, 7.22e9, 2048),
+        ModelSpec("Mixtral-8x7B", 32, 32, 8, 128, 46.7e9, 32768, num_active_params=12.9e9),
     )
 }
 

@@ -1,0 +1,73 @@
+"""Roofline step-time model: how long one engine step takes on a GPU preset.
+
+A step computes ``num_tokens`` new tokens. Its work:
+  FLOPs  = 2 x active parameters x new tokens                      (the linear layers)
+         + 4 x layers x query heads x head_dim x attended pairs    (QK^T and PV; a pair is one
+                                                                    new token attending one cached one)
+  bytes  = weights (every parameter, read once per step)
+         + KV cache read (every context token of every scheduled request, once per step)
+         + KV cache written (the new tokens)
+Time = max(FLOPs / (peak FLOP/s x compute efficiency), bytes / (HBM bandwidth x memory
+efficiency)) + a fixed per-step overhead. Decode steps (few tokens, much to read) land on the
+bandwidth roof; prefill (many tokens per weight read) on the compute roof.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from course_lib.checks import require_fraction
+from course_lib.perf.hardware import GPU
+from course_lib.perf.kv import dtype_bytes, model_kv_bytes_per_token
+from course_lib.perf.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Shares of the peaks a real engine reaches, and the fixed cost of a step (launches, scheduling)."""
+
+    compute: float = 0.5
+    memory: float = 0.8
+    overhead_s: float = 0.0005
+
+    def __post_init__(self) -> None:
+        require_fraction("compute efficiency", self.compute)
+        require_fraction("memory efficiency", self.memory)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+    overhead_s: float
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.overhead_s
+
+    @property
+    def bound(self) -> str:
+        """'compute' or 'memory': which roof sets the step's time."""
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte moved."""
+        return self.flops / self.bytes
+
+
+def step_cost(model: ModelSpec, gpu: GPU, requests: list[tuple[int, int]], dtype: str = "bf16",
+              efficiency: Efficiency = Efficiency()) -> StepCost:
+    """Cost of one step in which each request ``(cached_tokens, new_tokens)`` computes its new tokens."""
+    new_tokens = sum(new for _, new in requests)
+    # new token i of a request with c cached tokens attends c + i + 1 tokens
+    pairs = sum(new * cached + new * (new + 1) // 2 for cached, new in requests)
+    flops = 2 * model.active_params * new_tokens + 4 * model.num_layers * model.num_heads * model.head_dim * pairs
+    kv_per_token = model_kv_bytes_per_token(model, dtype)
+    context = sum(cached + new for cached, new in requests)
+    moved = model.num_params * dtype_bytes(dtype) + kv_per_token * (context + new_tokens)
+    peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    return StepCost(flops, moved, flops / (peak * efficiency.compute),
+                    moved / (gpu.hbm_bandwidth * efficiency.memory), efficiency.overhead_s)
