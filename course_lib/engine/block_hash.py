@@ -24,14 +24,15 @@ def hash_block_tokens(parent: BlockHash | None, token_ids: tuple[int, ...] | lis
 
 
 def hash_request_blocks(token_ids: list[int], block_size: int, cache_salt: str | None = None,
-                        start: int = 0, parent: BlockHash | None = None) -> list[BlockHash]:
-    """Hashes of the full blocks of ``token_ids`` from block index ``start`` on, chaining from ``parent``.
+                        first_block: int = 0, parent: BlockHash | None = None) -> list[BlockHash]:
+    """Hashes of the full blocks in ``token_ids``, which start at block index ``first_block`` of the
+    request, chaining from ``parent`` (the hash of block ``first_block - 1``).
 
     A trailing partial block gets no hash: only full blocks are ever cached.
     """
     hashes = []
-    for index in range(start, len(token_ids) // block_size):
-        extra = (cache_salt,) if index == 0 and cache_salt is not None else None
-        parent = hash_block_tokens(parent, token_ids[index * block_size:(index + 1) * block_size], extra)
+    for i in range(len(token_ids) // block_size):
+        extra = (cache_salt,) if first_block + i == 0 and cache_salt is not None else None
+        parent = hash_block_tokens(parent, token_ids[i * block_size:(i + 1) * block_size], extra)
         hashes.append(parent)
     return hashes

@@ -84,7 +84,7 @@ class ModelRunner:
             request = requests[request_id]
             first, last = request.num_computed_tokens, request.num_computed_tokens + count
             table = block_tables[request_id]
-            ids += request.all_token_ids[first:last]
+            ids += request.token_ids(first, last)
             positions += range(first, last)
             slots += [table[p // self.block_size] * self.block_size + p % self.block_size for p in range(first, last)]
             query_lens.append(count)

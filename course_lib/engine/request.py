@@ -46,10 +46,6 @@ class Request:
         self.update_block_hashes()
 
     @property
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
-
-    @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
 
@@ -61,11 +57,20 @@ class Request:
     def is_finished(self) -> bool:
         return self.status.finished
 
+    def token_ids(self, start: int, end: int) -> list[int]:
+        """Tokens ``start:end`` of prompt + output, without building the whole list."""
+        prompt = len(self.prompt_token_ids)
+        if end <= prompt:
+            return self.prompt_token_ids[start:end]
+        return self.prompt_token_ids[start:prompt] + self.output_token_ids[max(0, start - prompt):end - prompt]
+
     def update_block_hashes(self) -> None:
-        """Hash any block that has become full since the last call."""
-        parent = self.block_hashes[-1] if self.block_hashes else None
-        self.block_hashes += hash_request_blocks(self.all_token_ids, self.block_size, self.cache_salt,
-                                                 start=len(self.block_hashes), parent=parent)
+        """Hash any block that has become full since the last call (cheap when none has)."""
+        done, full = len(self.block_hashes), self.num_tokens // self.block_size
+        if full > done:
+            parent = self.block_hashes[-1] if self.block_hashes else None
+            tokens = self.token_ids(done * self.block_size, full * self.block_size)
+            self.block_hashes += hash_request_blocks(tokens, self.block_size, self.cache_salt, done, parent)
 
     def append_output_token(self, token_id: int, now: float) -> None:
         self.output_token_ids.append(token_id)
