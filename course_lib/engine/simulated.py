@@ -1,0 +1,144 @@
+"""Simulated mode: the real scheduler and KV cache manager on a big model and GPU, with a
+model runner that advances a clock by the roofline cost of each step instead of computing.
+
+    engine = SimulatedEngine(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), max_num_batched_tokens=2048)
+    report = engine.run(document_among_chats())
+
+Output tokens are placeholders (generation length comes from the workload), so everything
+the scheduler decides (budgets, chunking, preemption, prefix hits) is exactly what the real
+engine would decide on the same prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from course_lib.engine.config import SchedulerConfig
+from course_lib.engine.kv_cache_manager import KVCacheManager
+from course_lib.engine.request import Request
+from course_lib.engine.sampling_params import SamplingParams
+from course_lib.engine.scheduler import Scheduler
+from course_lib.perf.hardware import GPU
+from course_lib.perf.kv import plan_kv_cache
+from course_lib.perf.models import ModelSpec
+from course_lib.perf.roofline import Efficiency, step_cost
+from course_lib.perf.workloads import WorkloadRequest
+
+PLACEHOLDER_TOKEN = 0
+
+
+@dataclass(frozen=True)
+class SimulatedStep:
+    time_s: float  # clock at the end of the step
+    duration_s: float
+    scheduled: dict[str, int]
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    preempted: int
+    bound: str
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class SimulationReport:
+    """Per-request timings (by tag) and per-step records of one simulated run."""
+
+    steps: list[SimulatedStep]
+    ttft: dict[str, list[float]] = field(default_factory=dict)  # tag -> TTFT of each request (s)
+    itl: dict[str, list[float]] = field(default_factory=dict)  # tag -> every inter-token gap (s)
+    output_tokens: int = 0
+    preemptions: int = 0
+    prefix_hit_rate: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.steps[-1].time_s if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.duration_s if self.duration_s else 0.0
+
+    def latency(self, tag: str | None = None) -> dict[str, float]:
+        """P50/P90/P99 of TTFT and ITL in milliseconds, for one tag or all requests."""
+        tags = [tag] if tag else list(self.ttft)
+        ttft = [t for k in tags for t in self.ttft.get(k, [])]
+        itl = [t for k in tags for t in self.itl.get(k, [])]
+        return {f"{name}_p{q}_ms": 1000 * percentile(values, q)
+                for name, values in (("ttft", ttft), ("itl", itl)) for q in (50, 90, 99)}
+
+
+class SimulatedEngine:
+    def __init__(self, model: ModelSpec, gpu: GPU, *, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 max_model_len: int | None = None, block_size: int = 16, gpu_memory_utilization: float = 0.9,
+                 num_gpu_blocks: int | None = None, enable_prefix_caching: bool = True,
+                 long_prefill_token_threshold: int = 0, preemption_mode: str = "recompute",
+                 scheduling_policy: str = "continuous", dtype: str = "bf16",
+                 efficiency: Efficiency = Efficiency()) -> None:
+        max_model_len = max_model_len or model.max_context
+        if num_gpu_blocks is None:
+            num_gpu_blocks = plan_kv_cache(model, gpu, gpu_memory_utilization=gpu_memory_utilization,
+                                           max_model_len=max_model_len, block_size=block_size, dtype=dtype).num_blocks
+        self.model, self.gpu, self.dtype, self.efficiency = model, gpu, dtype, efficiency
+        self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len,
+                                      long_prefill_token_threshold, preemption_mode, scheduling_policy)
+        self.block_size = block_size
+        self.kv = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
+        self.scheduler = Scheduler(self.config, self.kv, num_gpu_blocks if preemption_mode == "swap" else 0)
+
+    def run(self, workload: list[WorkloadRequest], max_steps: int = 1_000_000) -> SimulationReport:
+        """Serve ``workload`` (sorted by arrival) to completion on the simulated clock."""
+        pending = sorted(enumerate(workload), key=lambda item: item[1].arrival_time)
+        tags, clock, cursor, steps, finished = {}, 0.0, 0, [], []
+        while cursor < len(pending) or self.scheduler.has_unfinished_requests():
+            if not self.scheduler.has_unfinished_requests():
+                clock = max(clock, pending[cursor][1].arrival_time)
+            while cursor < len(pending) and pending[cursor][1].arrival_time <= clock:
+                index, item = pending[cursor]
+                self._add(str(index), item)
+                tags[str(index)] = item.tag
+                cursor += 1
+            plan = self.scheduler.schedule()
+            requests = self.scheduler.requests
+            cost = step_cost(self.model, self.gpu, [(requests[r].num_computed_tokens, n)
+                                                     for r, n in plan.num_scheduled_tokens.items()],
+                             self.dtype, self.efficiency)
+            clock += cost.time_s
+            sampled = {r: PLACEHOLDER_TOKEN for r, n in plan.num_scheduled_tokens.items()
+                       if requests[r].num_computed_tokens + n == requests[r].num_tokens}
+            finished += self.scheduler.update_from_output(plan, sampled, clock)
+            steps.append(SimulatedStep(clock, cost.time_s, dict(plan.num_scheduled_tokens),
+                                       len(self.scheduler.running), len(self.scheduler.waiting),
+                                       self.kv.block_pool.usage(), len(plan.preempted), cost.bound))
+            if len(steps) >= max_steps:
+                raise RuntimeError(f"Simulation did not finish in {max_steps} steps; shorten the workload.")
+        return self._report(steps, finished, tags)
+
+    def _add(self, request_id: str, item: WorkloadRequest) -> None:
+        prompt = list(item.prompt_token_ids)
+        if len(prompt) > self.config.max_model_len:
+            raise ValueError(f"Request {request_id} has {len(prompt)} prompt tokens, more than max_model_len="
+                             f"{self.config.max_model_len}; raise max_model_len or shorten the workload's prompts.")
+        params = SamplingParams(temperature=0, max_tokens=item.output_len, ignore_eos=True)
+        self.scheduler.add_request(Request(request_id, prompt, params, None, item.arrival_time, self.block_size,
+                                           self.config.max_model_len))
+
+    def _report(self, steps, finished: list[Request], tags: dict[str, str]) -> SimulationReport:
+        report = SimulationReport(steps, output_tokens=sum(len(r.output_token_ids) for r in finished),
+                                  preemptions=self.scheduler.total_preemptions,
+                                  prefix_hit_rate=self.kv.prefix_cache_stats.hit_rate)
+        for request in finished:
+            tag = tags[request.request_id]
+            report.ttft.setdefault(tag, []).append(request.token_times[0] - request.arrival_time)
+            report.itl.setdefault(tag, []).extend(b - a for a, b in zip(request.token_times, request.token_times[1:]))
+        return report

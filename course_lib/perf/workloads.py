@@ -1,0 +1,66 @@
+"""Request streams for the simulated engine: arrivals over time, prompt and output lengths.
+
+Prompts are token ids, so shared system prompts really share a prefix (and prefix caching
+really hits). All generators are reproducible from their seed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from course_lib.checks import require_positive
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """One request: when it arrives (s), its prompt (token ids), how many tokens it will generate."""
+
+    arrival_time: float
+    prompt_token_ids: tuple[int, ...]
+    output_len: int
+    tag: str = "chat"
+
+
+def _tokens(rng: random.Random, count: int) -> tuple[int, ...]:
+    return tuple(rng.randrange(1000, 30000) for _ in range(count))
+
+
+def poisson(num_requests: int, rate_per_s: float, mean_prompt: int = 512, mean_output: int = 128,
+            system_prompt_len: int = 0, seed: int = 0) -> list[WorkloadRequest]:
+    """Poisson arrivals at ``rate_per_s``; exponential prompt and output lengths; an optional
+    system prompt of ``system_prompt_len`` tokens shared by every request."""
+    require_positive("num_requests", num_requests)
+    require_positive("rate_per_s", rate_per_s)
+    rng = random.Random(seed)
+    system = _tokens(rng, system_prompt_len)
+    now, out = 0.0, []
+    for _ in range(num_requests):
+        now += rng.expovariate(rate_per_s)
+        prompt = system + _tokens(rng, max(1, round(rng.expovariate(1 / mean_prompt))))
+        out.append(WorkloadRequest(now, prompt, max(1, round(rng.expovariate(1 / mean_output)))))
+    return out
+
+
+def burst(num_requests: int, prompt_len: int = 512, output_len: int = 128, at: float = 0.0,
+          seed: int = 0) -> list[WorkloadRequest]:
+    """``num_requests`` identical-shape requests arriving together."""
+    rng = random.Random(seed)
+    return [WorkloadRequest(at, _tokens(rng, prompt_len), output_len) for _ in range(num_requests)]
+
+
+def document_among_chats(num_chat_users: int = 32, document_tokens: int = 16000, document_at: float = 2.0,
+                         follow_up_rate_per_s: float = 4.0, duration_s: float = 10.0,
+                         seed: int = 0) -> list[WorkloadRequest]:
+    """The seeds' scenario: chat users are decoding long answers when a 16,000-token document
+    arrives, while short follow-up turns keep coming (tags: 'chat', 'document', 'follow-up')."""
+    rng = random.Random(seed)
+    out = [WorkloadRequest(0.0, _tokens(rng, rng.randint(200, 600)), 2000, "chat") for _ in range(num_chat_users)]
+    out.append(WorkloadRequest(document_at, _tokens(rng, document_tokens), 200, "document"))
+    now = 0.0
+    while True:
+        now += rng.expovariate(follow_up_rate_per_s)
+        if now > duration_s:
+            break
+        out.append(WorkloadRequest(now, _tokens(rng, rng.randint(50, 200)), rng.randint(30, 120), "follow-up"))
+    return sorted(out, key=lambda r: r.arrival_time)

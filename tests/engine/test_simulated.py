@@ -1,0 +1,67 @@
+"""Simulated mode schedules exactly like the real engine, on a clock driven by the roofline model."""
+
+import random
+
+import pytest
+import torch
+
+from course_lib.engine.llm import LLM
+from course_lib.engine.sampling_params import SamplingParams
+from course_lib.engine.simulated import SimulatedEngine, percentile
+from course_lib.perf.hardware import get_gpu
+from course_lib.perf.models import ModelSpec, get_model
+from course_lib.perf.workloads import WorkloadRequest, document_among_chats, poisson
+
+TINY_SPEC = ModelSpec("tiny", 2, 4, 2, 8, 1e5, 256)
+
+
+@pytest.mark.parametrize("settings", [
+    dict(max_num_batched_tokens=16, num_gpu_blocks=64),
+    dict(max_num_batched_tokens=64, num_gpu_blocks=20, long_prefill_token_threshold=8),  # forces preemption
+    dict(max_num_batched_tokens=32, num_gpu_blocks=40, scheduling_policy="static", max_num_seqs=3),
+])
+def test_simulated_schedule_equals_the_real_engines(tiny_model, settings):
+    rng = random.Random(5)
+    system = [rng.randrange(2, 64) for _ in range(20)]
+    prompts = [system + [rng.randrange(2, 64) for _ in range(rng.randint(1, 25))] for _ in range(8)]
+    outputs = [rng.randint(1, 12) for _ in prompts]
+    common = dict(max_model_len=64, block_size=4, **settings)
+    real = LLM(tiny_model, dtype=torch.float64, **common)
+    for prompt, n in zip(prompts, outputs):
+        real.add_request(prompt, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+    while real.scheduler.has_unfinished_requests():
+        real.step()
+    simulated = SimulatedEngine(TINY_SPEC, get_gpu("H100-80GB"), **common)
+    report = simulated.run([WorkloadRequest(0.0, tuple(p), n) for p, n in zip(prompts, outputs)])
+    assert [s.scheduled for s in report.steps] == [r.scheduled for r in real.step_trace]
+    assert report.output_tokens == sum(outputs)
+
+
+def test_clock_follows_the_roofline_and_reports_latency():
+    engine = SimulatedEngine(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), max_model_len=8192)
+    report = engine.run(poisson(200, rate_per_s=10, system_prompt_len=256, seed=1))
+    times = [0.0] + [s.time_s for s in report.steps]
+    # each step advances the clock by its roofline cost, plus any idle wait for the next arrival
+    assert all(after - before >= step.duration_s - 1e-12 > 0
+               for before, after, step in zip(times, times[1:], report.steps))
+    latency = report.latency()
+    assert 0 < latency["itl_p50_ms"] <= latency["itl_p99_ms"] and latency["ttft_p50_ms"] > 0
+    assert report.prefix_hit_rate > 0.2  # the shared system prompt hits
+    assert {s.bound for s in report.steps} <= {"compute", "memory"} and report.tokens_per_s > 0
+
+
+def test_a_long_document_delays_chat_tokens_less_with_a_small_budget():
+    """The token budget is the TTFT/ITL dial: the document's TTFT against chat users' worst gaps."""
+    worst_gap, document_ttft = {}, {}
+    for budget in (512, 8192):
+        engine = SimulatedEngine(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), max_model_len=32768,
+                                 max_num_batched_tokens=budget)
+        report = engine.run(document_among_chats(num_chat_users=8, follow_up_rate_per_s=1, duration_s=3))
+        worst_gap[budget] = max(report.itl["chat"])
+        document_ttft[budget] = report.ttft["document"][0]
+    assert worst_gap[512] < worst_gap[8192] / 4
+    assert document_ttft[512] > document_ttft[8192]
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([5], 99) == 5 and percentile([], 50) == 0
