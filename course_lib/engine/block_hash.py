@@ -9,7 +9,7 @@ never share any block. sha256 over a canonical encoding keeps collisions out of 
 from __future__ import annotations
 
 import hashlib
-import json
+from array import array
 
 BlockHash = bytes
 
@@ -19,8 +19,11 @@ ROOT_HASH: BlockHash = hashlib.sha256(b"course-kv-prefix-root").digest()
 def hash_block_tokens(parent: BlockHash | None, token_ids: tuple[int, ...] | list[int],
                       extra_keys: tuple | None = None) -> BlockHash:
     """The hash of one full block given its parent's hash (None for the first block)."""
-    payload = json.dumps([list(token_ids), list(extra_keys or ())]).encode()
-    return hashlib.sha256((parent or ROOT_HASH) + payload).digest()
+    digest = hashlib.sha256(parent or ROOT_HASH)
+    digest.update(array("q", token_ids).tobytes())  # 8 bytes per token id: an unambiguous encoding
+    if extra_keys:
+        digest.update(repr(tuple(extra_keys)).encode())
+    return digest.digest()
 
 
 def hash_request_blocks(token_ids: list[int], block_size: int, cache_salt: str | None = None,

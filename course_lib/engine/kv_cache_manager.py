@@ -59,6 +59,9 @@ class KVCacheManager:
         blocks = self.req_to_blocks.setdefault(request.request_id, [])
         computed = request.num_computed_tokens + len(hits) * self.block_size
         needed = -(-(computed + num_new_tokens) // self.block_size) - len(blocks) - len(hits)
+        if needed <= 0 and not hits:  # the common decode step: the token fits in the last block
+            self._cache_full_blocks(request, blocks, computed + num_new_tokens)
+            return []
         hits_now_free = sum(block.ref_cnt == 0 for block in hits)
         if needed > self.block_pool.num_free_blocks - hits_now_free:
             return None
@@ -72,6 +75,8 @@ class KVCacheManager:
     def _cache_full_blocks(self, request: Request, blocks: list[KVCacheBlock], num_tokens: int) -> None:
         start = self.num_cached_blocks.get(request.request_id, 0)
         end = min(num_tokens // self.block_size, len(request.block_hashes))
+        if end <= start:
+            return
         for index in range(start, end):
             self.block_pool.cache_full_block(blocks[index], request.block_hashes[index])
         self.num_cached_blocks[request.request_id] = max(start, end)

@@ -43,11 +43,8 @@ class Request:
     num_cached_tokens: int = -1  # prefix-cache hit on first scheduling; -1 until then
 
     def __post_init__(self) -> None:
+        self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)  # kept by append_output_token
         self.update_block_hashes()
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -74,6 +71,7 @@ class Request:
 
     def append_output_token(self, token_id: int, now: float) -> None:
         self.output_token_ids.append(token_id)
+        self.num_tokens += 1
         self.token_times.append(now)
         self.update_block_hashes()
 
