@@ -16,6 +16,21 @@ import triton.language as tl
 
 
 @triton.jit
+def _fold_block(q, k, v, visible, running_max, running_sum, acc):
+    """Fold one KV block into an online softmax: q [rows, DIM], k/v [BLOCK, DIM], visible [rows, BLOCK].
+    Returns the new running max, running sum and value accumulator (all per query row)."""
+    scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [rows, BLOCK]
+    scores = tl.where(visible, scores, float("-inf"))
+    new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+    new_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows that have seen no key yet
+    weights = tl.exp(scores - new_max[:, None])
+    rescale = tl.exp(running_max - new_max)
+    running_sum = running_sum * rescale + tl.sum(weights, axis=1)
+    acc = acc * rescale[:, None] + tl.sum(weights[:, :, None] * v[None, :, :], axis=1)
+    return new_max, running_sum, acc
+
+
+@triton.jit
 def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, lens_ptr, scale,
                    stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr):
@@ -38,14 +53,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, lens_ptr, scale,
         kv_offsets = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + dims[None, :]
         k = tl.load(k_ptr + kv_offsets, mask=tok_ok[:, None], other=0.0).to(tl.float32)
         v = tl.load(v_ptr + kv_offsets, mask=tok_ok[:, None], other=0.0).to(tl.float32)
-        scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [GROUP_PAD, BLOCK]
-        scores = tl.where(tok_ok[None, :], scores, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-        weights = tl.exp(scores - new_max[:, None])
-        rescale = tl.exp(running_max - new_max)
-        running_sum = running_sum * rescale + tl.sum(weights, axis=1)
-        acc = acc * rescale[:, None] + tl.sum(weights[:, :, None] * v[None, :, :], axis=1)
-        running_max = new_max
+        running_max, running_sum, acc = _fold_block(q, k, v, tok_ok[None, :], running_max, running_sum, acc)
     out = acc / running_sum[:, None]
     tl.store(out_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -123,16 +131,8 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_p
         kv_offsets = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + dims[None, :]
         k = tl.load(k_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0).to(tl.float32)
         v = tl.load(v_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0).to(tl.float32)
-        scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [BLOCK_M, BLOCK]
         visible = (key_pos[None, :] <= query_pos[:, None]) & (key_pos[None, :] < length)
-        scores = tl.where(visible, scores, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-        new_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows with nothing visible yet
-        weights = tl.exp(scores - new_max[:, None])
-        rescale = tl.exp(running_max - new_max)
-        running_sum = running_sum * rescale + tl.sum(weights, axis=1)
-        acc = acc * rescale[:, None] + tl.sum(weights[:, :, None] * v[None, :, :], axis=1)
-        running_max = new_max
+        running_max, running_sum, acc = _fold_block(q, k, v, visible, running_max, running_sum, acc)
     out = acc / running_sum[:, None]
     tl.store(out_ptr + (q_start + rows[:, None]) * stride_qn + head * stride_qh + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])

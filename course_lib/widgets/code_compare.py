@@ -11,11 +11,14 @@ from pygments.lexers import PythonLexer
 
 
 def side_by_side(left, right, left_title: str = "", right_title: str = "") -> HTML:
-    """Show the source of two functions (or two strings) in two columns."""
+    """Show the source of two functions (or strings, or tuples of them shown one after another) in two columns."""
     formatter = HtmlFormatter(noclasses=True, style="friendly")
 
-    def column(obj, title: str) -> str:
-        source = obj if isinstance(obj, str) else inspect.getsource(getattr(obj, "fn", obj))  # .fn: a Triton kernel
+    def text(obj) -> str:
+        return obj if isinstance(obj, str) else inspect.getsource(getattr(obj, "fn", obj))  # .fn: a Triton kernel
+
+    def column(objs, title: str) -> str:
+        source = "\n\n".join(text(obj) for obj in (objs if isinstance(objs, tuple) else (objs,)))
         return (f"<div style='flex:1;min-width:0;overflow-x:auto'><b>{title}</b>"
                 f"{highlight(source, PythonLexer(), formatter)}</div>")
 
