@@ -64,3 +64,12 @@ def document_among_chats(num_chat_users: int = 32, document_tokens: int = 16000,
             break
         out.append(WorkloadRequest(now, _tokens(rng, rng.randint(50, 200)), rng.randint(30, 120), "follow-up"))
     return sorted(out, key=lambda r: r.arrival_time)
+
+
+def straggler_batches(num_batches: int = 8, batch_size: int = 8, short_output: int = 50, long_output: int = 2000,
+                      prompt_len: int = 128, seed: int = 0) -> list[WorkloadRequest]:
+    """The seeds' batching picture, repeated: in every group of ``batch_size`` requests, all but one
+    stop after ``short_output`` tokens and one runs to ``long_output``. All arrive at once."""
+    rng = random.Random(seed)
+    return [WorkloadRequest(0.0, _tokens(rng, prompt_len), long_output if i % batch_size == 0 else short_output)
+            for i in range(num_batches * batch_size)]

@@ -1,4 +1,4 @@
-"""The module 01 explorers, driven the way a learner drives them."""
+"""The lesson widgets (explorers, charts, timelines), driven the way a learner drives them."""
 
 import matplotlib
 import pytest
@@ -81,3 +81,15 @@ def test_inside_the_kernel_views():
     fig = plot_decode_bandwidth({"rows": rows, "peak_hbm_bytes_per_s": 4.8e12, "device": "NVIDIA H200"})
     line = fig.axes[0].lines[0]
     assert list(line.get_ydata()) == pytest.approx([62.5, 62.5]) and "% of peak" in fig.axes[0].get_ylabel()
+
+
+def test_slot_timeline_reuses_freed_slots_and_counts_idle_ones():
+    from course_lib.widgets.timeline import plot_slot_timeline, slot_occupancy
+
+    steps = [{"a": 3, "b": 2}, {"a": 1, "b": 1}, {"b": 1, "c": 4}, {"c": 1}]
+    assert slot_occupancy(steps, 2) == [["a", "b"], ["a", "b"], ["c", "b"], ["c", None]]
+    fig, ax = matplotlib.pyplot.subplots()
+    assert plot_slot_timeline(ax, steps, 2, "demo") == pytest.approx(1 / 8)
+    assert ax.get_title() == "demo: 4 steps, 12% of slot-steps idle"
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        slot_occupancy(steps, 1)

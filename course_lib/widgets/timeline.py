@@ -1,0 +1,43 @@
+"""Batch-slot timelines: which request occupies each of the ``max_num_seqs`` slots at every step."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
+
+
+def slot_occupancy(scheduled_per_step: list[dict[str, int]], num_slots: int) -> list[list[str | None]]:
+    """Give each request the lowest free slot from its first scheduled step to its last.
+
+    Returns ``grid[step][slot]`` = request id or None (an idle slot).
+    """
+    last_step = {}
+    for step, scheduled in enumerate(scheduled_per_step):
+        for request_id in scheduled:
+            last_step[request_id] = step
+    slots: list[str | None] = [None] * num_slots
+    grid = []
+    for step, scheduled in enumerate(scheduled_per_step):
+        for request_id in scheduled:
+            if request_id not in slots:
+                if None not in slots:
+                    raise ValueError(f"More than {num_slots} requests at step {step}; pass the engine's max_num_seqs.")
+                slots[slots.index(None)] = request_id
+        grid.append(list(slots))
+        slots = [r if r is not None and last_step[r] > step else None for r in slots]
+    return grid
+
+
+def plot_slot_timeline(ax, scheduled_per_step: list[dict[str, int]], num_slots: int, title: str):
+    """A Gantt chart of batch slots over steps; white cells are idle slots. Returns the idle share."""
+    grid = slot_occupancy(scheduled_per_step, num_slots)
+    ids = sorted({r for row in grid for r in row if r is not None}, key=lambda r: (len(r), r))
+    index = {r: i + 1 for i, r in enumerate(ids)}
+    cells = [[index.get(r, 0) if r is not None else 0 for r in row] for row in grid]
+    colors = ["white"] + [plt.get_cmap("tab20")(i % 20) for i in range(len(ids))]
+    ax.imshow(list(map(list, zip(*cells))), aspect="auto", interpolation="nearest", cmap=ListedColormap(colors),
+              vmin=0, vmax=len(colors) - 1, origin="lower")
+    idle = sum(r is None for row in grid for r in row) / max(1, len(grid) * num_slots)
+    ax.set(xlabel="engine step", ylabel="batch slot", title=f"{title}: {len(grid)} steps, {idle:.0%} of slot-steps idle")
+    ax.set_yticks(range(num_slots))
+    return idle
