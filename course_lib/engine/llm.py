@@ -152,12 +152,11 @@ class LLM:
                  cache_salt: str | None = None, on_step: Callable[[int], None] | None = None) -> list[RequestOutput]:
         """Generate for every prompt (in the given order); ``on_step(step)`` reports progress."""
         prompts = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else prompts
-        for prompt in prompts:
-            self._encode(prompt)  # validate every prompt before any work starts
+        encoded = [self._encode(prompt) for prompt in prompts]  # every prompt is valid before any work starts
         groups = []
-        for prompt in prompts:
+        for prompt, prompt_ids in zip(prompts, encoded):
             request_id = str(next(self._ids))
-            groups.append((request_id, prompt, self.add_request(prompt, sampling_params, cache_salt, request_id)))
+            groups.append((request_id, prompt, self.add_request(prompt_ids, sampling_params, cache_salt, request_id)))
         done: dict[str, Request] = {}
         while self.scheduler.has_unfinished_requests():
             for request in self.step():

@@ -47,10 +47,6 @@ class Request:
         self.update_block_hashes()
 
     @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
-
-    @property
     def is_finished(self) -> bool:
         return self.status.finished
 

@@ -33,10 +33,6 @@ class SchedulerOutput:
     swap_in: list[tuple[int, int]] = field(default_factory=list)
     prefix_hit_tokens: int = 0
 
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        return sum(self.num_scheduled_tokens.values())
-
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager, num_cpu_blocks: int = 0) -> None:

@@ -101,11 +101,6 @@ class SimulationResult:
         """Average number of requests held at once while requests were left waiting."""
         return mean(s.num_requests for s in self._under_pressure())
 
-    @property
-    def peak_concurrency(self) -> int:
-        """Most requests held at once."""
-        return max(s.num_requests for s in self.snapshots)
-
 
 def simulate(
     allocator: KVAllocator,
