@@ -56,13 +56,15 @@ class AttentionMetadata:
         return paged_attention(q, kv_cache, self, scale)
 
 
+def pad_block_tables(tables: list[list[int]], device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Block tables as one ``[len(tables), longest]`` tensor, padded with block 0 (``[[0]]`` if empty)."""
+    width = max((len(t) for t in tables), default=1)
+    return torch.tensor([t + [0] * (width - len(t)) for t in tables] or [[0]], dtype=dtype, device=device)
+
+
 def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: list[int],
                    block_tables: list[list[int]], block_size: int, device) -> AttentionMetadata:
     """Index tensors for one step; ``block_tables[r]`` covers ``seq_lens[r]`` tokens."""
-
-    def padded(tables: list[list[int]]) -> torch.Tensor:
-        width = max(len(t) for t in tables)
-        return torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device)
 
     starts = [0]
     for n in query_lens:
@@ -71,7 +73,7 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
     decodes = []
     for first in range(0, len(decode), DECODE_BUCKET):
         bucket = decode[first:first + DECODE_BUCKET]
-        tables = padded([block_tables[r] for r in bucket])
+        tables = pad_block_tables([block_tables[r] for r in bucket], device)
         lens = torch.tensor([seq_lens[r] for r in bucket], device=device)
         mask = torch.arange(tables.shape[1] * block_size, device=device) < lens[:, None]
         decodes.append(DecodeBucket(torch.tensor([starts[r] for r in bucket], device=device), tables,
@@ -80,7 +82,7 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
     for r, n in enumerate(query_lens):
         if n == 1:
             continue
-        tables = padded([block_tables[r]])
+        tables = pad_block_tables([block_tables[r]], device)
         query_pos = torch.arange(seq_lens[r] - n, seq_lens[r], device=device)
         mask = torch.arange(tables.shape[1] * block_size, device=device)[None, :] <= query_pos[:, None]
         prefills.append(PrefillGroup(starts[r], n, tables, mask[None, None]))

@@ -11,16 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
+from course_lib.engine.attention import pad_block_tables
 from course_lib.kernels.cache_write import write_kv_cache
 from course_lib.kernels.paged_attention import (
     paged_decode_attention,
     paged_prefill_attention,
 )
-
-
-def _padded(tables: list[list[int]], device) -> torch.Tensor:
-    width = max((len(t) for t in tables), default=1)
-    return torch.tensor([t + [0] * (width - len(t)) for t in tables] or [[0]], dtype=torch.int32, device=device)
 
 
 @dataclass
@@ -52,12 +48,12 @@ class TritonAttentionMetadata:
         return cls(
             slot_mapping=torch.tensor(slot_mapping, dtype=torch.long, device=device),
             decode_rows=torch.tensor([starts[r] for r in decode], dtype=torch.long, device=device),
-            decode_tables=_padded([block_tables[r] for r in decode], device),
+            decode_tables=pad_block_tables([block_tables[r] for r in decode], device, torch.int32),
             decode_lens=ints([seq_lens[r] for r in decode]),
             prefill_rows=torch.tensor([i for r in prefill for i in range(starts[r], starts[r + 1])],
                                       dtype=torch.long, device=device),
             prefill_starts=ints(prefill_starts),
-            prefill_tables=_padded([block_tables[r] for r in prefill], device),
+            prefill_tables=pad_block_tables([block_tables[r] for r in prefill], device, torch.int32),
             prefill_lens=ints([seq_lens[r] for r in prefill]),
         )
 
