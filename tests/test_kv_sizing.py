@@ -58,7 +58,7 @@ def test_non_positive_sizes_are_rejected(args):
 
 def test_bad_model_spec_and_unknown_names_explain_the_fix():
     with pytest.raises(ValueError, match="multiple of num_kv_heads"):
-        ModelSpec("odd", 2, 6, 4, 64, 1e6, 128)
+        ModelSpec("odd", 2, 6, 4, 64, 1e6, 128, hidden_size=384, intermediate_size=1024, vocab_size=256)
     with pytest.raises(KeyError, match="choose one of"):
         get_model("GPT-9")
     with pytest.raises(KeyError, match="choose one of"):

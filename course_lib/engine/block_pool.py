@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from course_lib.engine.block_hash import BlockHash
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class KVCacheBlock:
     block_id: int
     ref_cnt: int = 0

@@ -60,7 +60,8 @@ class KVCacheManager:
         computed = request.num_computed_tokens + len(hits) * self.block_size
         needed = -(-(computed + num_new_tokens) // self.block_size) - len(blocks) - len(hits)
         if needed <= 0 and not hits:  # the common decode step: the token fits in the last block
-            self._cache_full_blocks(request, blocks, computed + num_new_tokens)
+            if (computed + num_new_tokens) % self.block_size == 0:  # ...and fills it
+                self._cache_full_blocks(request, blocks, computed + num_new_tokens)
             return []
         hits_now_free = sum(block.ref_cnt == 0 for block in hits)
         if needed > self.block_pool.num_free_blocks - hits_now_free:

@@ -16,12 +16,8 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "finished (eos)"
     FINISHED_LENGTH = "finished (length)"
 
-    @property
-    def finished(self) -> bool:
-        return self in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
 
-
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     """Invariant: ``num_computed_tokens <= num_tokens``; tokens past ``num_computed_tokens`` still
     need a forward pass (the prompt's rest, or the last sampled token)."""
@@ -41,14 +37,11 @@ class Request:
     token_times: list[float] = field(default_factory=list)
     num_preemptions: int = 0
     num_cached_tokens: int = -1  # prefix-cache hit on first scheduling; -1 until then
+    num_tokens: int = field(init=False)  # prompt + output, kept by append_output_token
 
     def __post_init__(self) -> None:
-        self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)  # kept by append_output_token
+        self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
         self.update_block_hashes()
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status.finished
 
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens ``start:end`` of prompt + output, without building the whole list."""
@@ -69,13 +62,16 @@ class Request:
         self.output_token_ids.append(token_id)
         self.num_tokens += 1
         self.token_times.append(now)
-        self.update_block_hashes()
+        if self.num_tokens % self.block_size == 0:  # a block just became full
+            self.update_block_hashes()
 
     def check_stop(self) -> bool:
         """Finish on EOS (unless ``ignore_eos``), at ``max_tokens`` or at ``max_model_len``; True if finished."""
         params = self.sampling_params
-        if not params.ignore_eos and self.output_token_ids and self.output_token_ids[-1] == self.eos_token_id:
+        if not params.ignore_eos and self.output_token_ids[-1] == self.eos_token_id:
             self.status = RequestStatus.FINISHED_STOPPED
-        elif len(self.output_token_ids) >= params.max_tokens or self.num_tokens >= self.max_model_len:
+            return True
+        if len(self.output_token_ids) >= params.max_tokens or self.num_tokens >= self.max_model_len:
             self.status = RequestStatus.FINISHED_LENGTH
-        return self.is_finished
+            return True
+        return False

@@ -117,7 +117,7 @@ class SimulatedEngine:
             sampled = {r: PLACEHOLDER_TOKEN for r, n in plan.num_scheduled_tokens.items()
                        if requests[r].num_computed_tokens + n == requests[r].num_tokens}
             finished += self.scheduler.update_from_output(plan, sampled, clock)
-            steps.append(SimulatedStep(clock, cost.time_s, dict(plan.num_scheduled_tokens),
+            steps.append(SimulatedStep(clock, cost.time_s, plan.num_scheduled_tokens,
                                        len(self.scheduler.running), len(self.scheduler.waiting),
                                        self.kv.block_pool.usage(), len(plan.preempted), cost.bound))
             if len(steps) >= max_steps:

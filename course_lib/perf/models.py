@@ -1,12 +1,14 @@
 """Model presets: the shapes that decide KV-cache and weight memory.
 
-Figures come from each model's published config (layers, attention heads, KV heads,
-head dimension, parameter count, longest supported context).
+Figures come from each model's published ``config.json`` (layers, attention heads, KV heads,
+head dimension, hidden size, MLP intermediate size, vocabulary, longest supported context) and
+its model card (parameter count). ``tests/test_kv_sizing.py`` checks that the shapes add up
+to the published parameter counts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from course_lib.checks import require_positive
 
@@ -27,6 +29,11 @@ class ModelSpec:
     num_params: float
     max_context: int
     num_active_params: float | None = None  # mixture of experts: parameters one token uses
+    hidden_size: int = field(kw_only=True)
+    intermediate_size: int = field(kw_only=True)  # of one MLP (one expert, for a mixture of experts)
+    vocab_size: int = field(kw_only=True)
+    num_experts: int = field(default=1, kw_only=True)
+    experts_per_token: int = field(default=1, kw_only=True)
 
     @property
     def active_params(self) -> float:
@@ -34,8 +41,9 @@ class ModelSpec:
         return self.num_params if self.num_active_params is None else self.num_active_params
 
     def __post_init__(self) -> None:
-        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "num_params", "max_context"):
-            require_positive(f"{self.name}: {field}", getattr(self, field))
+        for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "num_params", "max_context",
+                     "hidden_size", "intermediate_size", "vocab_size", "num_experts", "experts_per_token"):
+            require_positive(f"{self.name}: {name}", getattr(self, name))
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
@@ -57,14 +65,23 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec("Llama-3-8B", 32, 32, 8, 128, 8.03e9, 8192),
-        ModelSpec("Llama-3.1-8B", 32, 32, 8, 128, 8.03e9, 131072),
-        ModelSpec("Llama-3.1-70B", 80, 64, 8, 128, 70.6e9, 131072),
-        ModelSpec("Qwen2.5-7B", 28, 28, 4, 128, 7.62e9, 131072),
-        ModelSpec("Mistral-7B", 32, 32, 8, 128, 7.24e9, 32768),
-        ModelSpec("Llama-2-7B", 32, 32, 32, 128, 6.74e9, 4096),
-        ModelSpec("Falcon-7B", 32, 71, 1, 64, 7.22e9, 2048),
-        ModelSpec("Mixtral-8x7B", 32, 32, 8, 128, 46.7e9, 32768, num_active_params=12.9e9),
+        ModelSpec("Llama-3-8B", 32, 32, 8, 128, 8.03e9, 8192, hidden_size=4096, intermediate_size=14336,
+                  vocab_size=128256),
+        ModelSpec("Llama-3.1-8B", 32, 32, 8, 128, 8.03e9, 131072, hidden_size=4096, intermediate_size=14336,
+                  vocab_size=128256),
+        ModelSpec("Llama-3.1-70B", 80, 64, 8, 128, 70.6e9, 131072, hidden_size=8192, intermediate_size=28672,
+                  vocab_size=128256),
+        ModelSpec("Qwen2.5-7B", 28, 28, 4, 128, 7.62e9, 131072, hidden_size=3584, intermediate_size=18944,
+                  vocab_size=152064),
+        ModelSpec("Mistral-7B", 32, 32, 8, 128, 7.25e9, 32768, hidden_size=4096, intermediate_size=14336,
+                  vocab_size=32768),
+        ModelSpec("Llama-2-7B", 32, 32, 32, 128, 6.74e9, 4096, hidden_size=4096, intermediate_size=11008,
+                  vocab_size=32000),
+        # Falcon's MLP is a plain 4x GELU (not gated) and its embeddings are tied
+        ModelSpec("Falcon-7B", 32, 71, 1, 64, 6.92e9, 2048, hidden_size=4544, intermediate_size=18176,
+                  vocab_size=65024),
+        ModelSpec("Mixtral-8x7B", 32, 32, 8, 128, 46.7e9, 32768, num_active_params=12.9e9, hidden_size=4096,
+                  intermediate_size=14336, vocab_size=32000, num_experts=8, experts_per_token=2),
     )
 }
 

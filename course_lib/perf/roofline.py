@@ -61,12 +61,13 @@ class StepCost:
 def step_cost(model: ModelSpec, gpu: GPU, requests: list[tuple[int, int]], dtype: str = "bf16",
               efficiency: Efficiency = Efficiency()) -> StepCost:
     """Cost of one step in which each request ``(cached_tokens, new_tokens)`` computes its new tokens."""
-    new_tokens = sum(new for _, new in requests)
-    # new token i of a request with c cached tokens attends c + i + 1 tokens
-    pairs = sum(new * cached + new * (new + 1) // 2 for cached, new in requests)
+    new_tokens = pairs = context = 0
+    for cached, new in requests:
+        new_tokens += new
+        pairs += new * cached + new * (new + 1) // 2  # new token i attends cached + i + 1 tokens
+        context += cached + new
     flops = 2 * model.active_params * new_tokens + 4 * model.num_layers * model.num_heads * model.head_dim * pairs
     kv_per_token = model_kv_bytes_per_token(model, dtype)
-    context = sum(cached + new for cached, new in requests)
     moved = model.num_params * dtype_bytes(dtype) + kv_per_token * (context + new_tokens)
     peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     return StepCost(flops, moved, flops / (peak * efficiency.compute),

@@ -12,7 +12,7 @@ from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.workloads import WorkloadRequest, document_among_chats, poisson
 
-TINY_SPEC = ModelSpec("tiny", 2, 4, 2, 8, 1e5, 256)
+TINY_SPEC = ModelSpec("tiny", 2, 4, 2, 8, 1e5, 256, hidden_size=32, intermediate_size=64, vocab_size=256)
 
 
 @pytest.mark.parametrize("settings", [
