@@ -1,5 +1,7 @@
 """Simulated mode: the real scheduler and KV cache manager on a big model and GPU, with a
 model runner that advances a clock by the roofline cost of each step instead of computing.
+A step that swaps KV blocks to or from CPU memory also waits for those copies over PCIe
+(blocking, as vLLM's swap was); recompute needs no extra term: its cost is the re-prefill.
 
     engine = SimulatedEngine(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), max_num_batched_tokens=2048)
     report = engine.run(document_among_chats())
@@ -19,7 +21,7 @@ from course_lib.engine.request import Request
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.scheduler import Scheduler
 from course_lib.perf.hardware import GPU
-from course_lib.perf.kv import plan_kv_cache
+from course_lib.perf.kv import model_kv_bytes_per_token, plan_kv_cache
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.roofline import Efficiency, step_cost
 from course_lib.perf.workloads import WorkloadRequest
@@ -37,6 +39,7 @@ class SimulatedStep:
     kv_usage: float
     preempted: int
     bound: str
+    swap_s: float = 0.0  # part of duration_s spent copying swapped blocks over PCIe
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -93,6 +96,7 @@ class SimulatedEngine:
         self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len,
                                       long_prefill_token_threshold, preemption_mode, scheduling_policy)
         self.block_size = block_size
+        self.swap_s_per_block = block_size * model_kv_bytes_per_token(model, dtype) / gpu.pcie_bandwidth
         self.kv = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.config, self.kv, num_gpu_blocks if preemption_mode == "swap" else 0)
 
@@ -113,13 +117,14 @@ class SimulatedEngine:
             cost = step_cost(self.model, self.gpu, [(requests[r].num_computed_tokens, n)
                                                      for r, n in plan.num_scheduled_tokens.items()],
                              self.dtype, self.efficiency)
-            clock += cost.time_s
+            swap_s = (len(plan.swap_out) + len(plan.swap_in)) * self.swap_s_per_block
+            clock += cost.time_s + swap_s
             sampled = {r: PLACEHOLDER_TOKEN for r, n in plan.num_scheduled_tokens.items()
                        if requests[r].num_computed_tokens + n == requests[r].num_tokens}
             finished += self.scheduler.update_from_output(plan, sampled, clock)
-            steps.append(SimulatedStep(clock, cost.time_s, plan.num_scheduled_tokens,
+            steps.append(SimulatedStep(clock, cost.time_s + swap_s, plan.num_scheduled_tokens,
                                        len(self.scheduler.running), len(self.scheduler.waiting),
-                                       self.kv.block_pool.usage(), len(plan.preempted), cost.bound))
+                                       self.kv.block_pool.usage(), len(plan.preempted), cost.bound, swap_s))
             if len(steps) >= max_steps:
                 raise RuntimeError(f"Simulation did not finish in {max_steps} steps; shorten the workload.")
         return self._report(steps, finished, tags)

@@ -50,12 +50,13 @@ def burst(num_requests: int, prompt_len: int = 512, output_len: int = 128, at: f
 
 
 def document_among_chats(num_chat_users: int = 32, document_tokens: int = 16000, document_at: float = 2.0,
-                         follow_up_rate_per_s: float = 4.0, duration_s: float = 10.0,
+                         follow_up_rate_per_s: float = 4.0, duration_s: float = 10.0, chat_output_len: int = 2000,
                          seed: int = 0) -> list[WorkloadRequest]:
     """The seeds' scenario: chat users are decoding long answers when a 16,000-token document
     arrives, while short follow-up turns keep coming (tags: 'chat', 'document', 'follow-up')."""
     rng = random.Random(seed)
-    out = [WorkloadRequest(0.0, _tokens(rng, rng.randint(200, 600)), 2000, "chat") for _ in range(num_chat_users)]
+    out = [WorkloadRequest(0.0, _tokens(rng, rng.randint(200, 600)), chat_output_len, "chat")
+           for _ in range(num_chat_users)]
     out.append(WorkloadRequest(document_at, _tokens(rng, document_tokens), 200, "document"))
     now = 0.0
     while True:

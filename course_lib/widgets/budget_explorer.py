@@ -1,0 +1,111 @@
+"""The token budget as a latency dial: ``max_num_batched_tokens`` and
+``long_prefill_token_threshold`` on a workload in simulated mode.
+
+Each setting is simulated once and remembered, so returning to a slider position is instant.
+"""
+
+from __future__ import annotations
+
+import time
+
+import ipywidgets as w
+import matplotlib.pyplot as plt
+
+from course_lib.engine.simulated import SimulatedEngine, SimulationReport
+from course_lib.perf.hardware import GPU
+from course_lib.perf.models import ModelSpec
+from course_lib.perf.workloads import WorkloadRequest
+from course_lib.widgets.figure_pane import FigurePane
+
+BUDGETS = [2**k for k in range(8, 15)]  # 256 .. 16384
+THRESHOLDS = [("off", 0)] + [(str(2**k), 2**k) for k in range(8, 14)]  # 256 .. 8192
+
+
+def simulate_budget(model: ModelSpec, gpu: GPU, workload: list[WorkloadRequest], budget: int,
+                    threshold: int = 0) -> SimulationReport:
+    """One simulated run with this token budget and long-prefill cap (chunked prefill on)."""
+    longest = max(len(r.prompt_token_ids) + r.output_len for r in workload)
+    engine = SimulatedEngine(model, gpu, max_model_len=longest, max_num_batched_tokens=budget,
+                             long_prefill_token_threshold=threshold)
+    return engine.run(workload)
+
+
+def latency_summary(report: SimulationReport) -> dict[str, float]:
+    """The figures the lesson compares, in milliseconds: chat users' inter-token gaps, the
+    document's time to first token, and follow-up turns' time to first token."""
+    chat, follow_up = report.latency("chat"), report.latency("follow-up")
+    return {"chat ITL P50": chat["itl_p50_ms"], "chat ITL P99": chat["itl_p99_ms"],
+            "chat worst gap": 1000 * max(report.itl.get("chat", [0.0])),
+            "document TTFT": 1000 * report.ttft["document"][0],
+            "follow-up TTFT P50": follow_up["ttft_p50_ms"], "follow-up TTFT P99": follow_up["ttft_p99_ms"]}
+
+
+def plot_step_times(ax, report: SimulationReport, document_id: str, title: str) -> None:
+    """Each step's duration against the simulated clock; steps that include the document are red."""
+    times = [s.time_s for s in report.steps]
+    durations = [1000 * s.duration_s for s in report.steps]
+    has_document = [document_id in s.scheduled for s in report.steps]
+    ax.scatter(times, durations, s=6, c=["#d62728" if d else "#1f77b4" for d in has_document])
+    ax.set(xlabel="simulated time (s)", ylabel="step duration (ms)", yscale="log", title=title)
+
+
+def plot_budget_sweep(summaries: dict[int, dict[str, float]], slo_ms: float):
+    """Chat gaps and the document's TTFT against the budget, with the ITL target drawn."""
+    budgets = sorted(summaries)
+    fig, (gap_ax, ttft_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for key, style in (("chat ITL P99", "o-"), ("chat worst gap", "s--")):
+        gap_ax.plot(budgets, [summaries[b][key] for b in budgets], style, label=key)
+    gap_ax.axhline(slo_ms, color="#2ca02c", lw=1, label=f"target {slo_ms:g} ms")
+    gap_ax.set(xscale="log", yscale="log", xlabel="max_num_batched_tokens", ylabel="inter-token latency (ms)",
+               title="Chat users while a 16k-token document arrives")
+    gap_ax.legend(fontsize=8)
+    ttft_ax.plot(budgets, [summaries[b]["document TTFT"] / 1000 for b in budgets], "o-", color="#d62728")
+    ttft_ax.set(xscale="log", xlabel="max_num_batched_tokens", ylabel="document TTFT (s)", ylim=(0, None),
+                title="What the document pays for smaller steps")
+    for ax in (gap_ax, ttft_ax):
+        ax.set_xticks(budgets, [str(b) for b in budgets], rotation=45)
+    fig.tight_layout()
+    return fig
+
+
+class TokenBudgetExplorer(w.VBox):
+    """Sliders for the budget and the long-prefill cap; the latency table and step times update."""
+
+    def __init__(self, model: ModelSpec, gpu: GPU, workload: list[WorkloadRequest], budget: int = 8192) -> None:
+        self.model, self.gpu, self.workload = model, gpu, workload
+        self.document_id = next(str(i) for i, r in enumerate(workload) if r.tag == "document")
+        self.reports: dict[tuple[int, int], SimulationReport] = {}
+        self.budget = w.SelectionSlider(description="max_num_batched_tokens", options=BUDGETS, value=budget,
+                                        continuous_update=False, style={"description_width": "initial"},
+                                        layout=w.Layout(width="460px"))
+        self.threshold = w.SelectionSlider(description="long_prefill_token_threshold", options=THRESHOLDS, value=0,
+                                           continuous_update=False, style={"description_width": "initial"},
+                                           layout=w.Layout(width="460px"))
+        self.table, self.figure = w.HTML(), FigurePane()
+        for control in (self.budget, self.threshold):
+            control.observe(lambda _: self.refresh(), "value")
+        super().__init__([self.budget, self.threshold, self.table, self.figure])
+        self.refresh()
+
+    def report(self) -> SimulationReport:
+        key = (self.budget.value, self.threshold.value)
+        if key not in self.reports:
+            self.reports[key] = simulate_budget(self.model, self.gpu, self.workload, *key)
+        return self.reports[key]
+
+    def refresh(self) -> float:
+        """Redraw for the current sliders; returns how long the update took (s)."""
+        started = time.perf_counter()
+        report = self.report()
+        rows = "".join(f"<tr><td>{name}</td><td style='text-align:right'>{value:,.1f} ms</td></tr>"
+                       for name, value in latency_summary(report).items())
+        cap = self.threshold.value or "off"
+        fig, ax = plt.subplots(figsize=(9, 2.8))
+        plot_step_times(ax, report, self.document_id, f"{self.model.name} on {self.gpu.name}: budget "
+                        f"{self.budget.value}, long-prefill cap {cap} (red: steps with a document chunk)")
+        fig.tight_layout()
+        self.figure.show(fig)
+        elapsed = time.perf_counter() - started
+        self.table.value = (f"<table>{rows}</table><small>{report.preemptions} preemptions, "
+                            f"{report.tokens_per_s:,.0f} output tokens/s; updated in {1000 * elapsed:.0f} ms</small>")
+        return elapsed
