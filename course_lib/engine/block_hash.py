@@ -16,14 +16,18 @@ BlockHash = bytes
 ROOT_HASH: BlockHash = hashlib.sha256(b"course-kv-prefix-root").digest()
 
 
-def hash_block_tokens(parent: BlockHash | None, token_ids: tuple[int, ...] | list[int],
-                      extra_keys: tuple | None = None) -> BlockHash:
-    """The hash of one full block given its parent's hash (None for the first block)."""
+def _hash_block_bytes(parent: BlockHash | None, token_bytes: bytes, extra_keys: tuple | None) -> BlockHash:
     digest = hashlib.sha256(parent or ROOT_HASH)
-    digest.update(array("q", token_ids).tobytes())  # 8 bytes per token id: an unambiguous encoding
+    digest.update(token_bytes)
     if extra_keys:
         digest.update(repr(tuple(extra_keys)).encode())
     return digest.digest()
+
+
+def hash_block_tokens(parent: BlockHash | None, token_ids: tuple[int, ...] | list[int],
+                      extra_keys: tuple | None = None) -> BlockHash:
+    """The hash of one full block given its parent's hash (None for the first block)."""
+    return _hash_block_bytes(parent, array("q", token_ids).tobytes(), extra_keys)  # 8 bytes per id: unambiguous
 
 
 def hash_request_blocks(token_ids: list[int], block_size: int, cache_salt: str | None = None,
@@ -33,9 +37,11 @@ def hash_request_blocks(token_ids: list[int], block_size: int, cache_salt: str |
 
     A trailing partial block gets no hash: only full blocks are ever cached.
     """
+    encoded = array("q", token_ids).tobytes()  # encode once, then slice per block
+    width = 8 * block_size
     hashes = []
     for i in range(len(token_ids) // block_size):
         extra = (cache_salt,) if first_block + i == 0 and cache_salt is not None else None
-        parent = hash_block_tokens(parent, token_ids[i * block_size:(i + 1) * block_size], extra)
+        parent = _hash_block_bytes(parent, encoded[i * width:(i + 1) * width], extra)
         hashes.append(parent)
     return hashes

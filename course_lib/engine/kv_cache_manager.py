@@ -55,14 +55,16 @@ class KVCacheManager:
     def allocate_slots(self, request: Request, num_new_tokens: int,
                        new_computed_blocks: list[KVCacheBlock] | None = None) -> list[KVCacheBlock] | None:
         """Give ``request`` room for ``num_new_tokens`` more tokens (after any cache hits), or None."""
-        hits = new_computed_blocks or []
         blocks = self.req_to_blocks.setdefault(request.request_id, [])
+        if not new_computed_blocks:
+            total = request.num_computed_tokens + num_new_tokens
+            if total <= len(blocks) * self.block_size:  # the common decode step: the token fits in the last block
+                if total // self.block_size > request.num_computed_tokens // self.block_size:  # ...and fills it
+                    self._cache_full_blocks(request, blocks, total)
+                return []
+        hits = new_computed_blocks or []
         computed = request.num_computed_tokens + len(hits) * self.block_size
         needed = -(-(computed + num_new_tokens) // self.block_size) - len(blocks) - len(hits)
-        if needed <= 0 and not hits:  # the common decode step: the token fits in the last block
-            if (computed + num_new_tokens) % self.block_size == 0:  # ...and fills it
-                self._cache_full_blocks(request, blocks, computed + num_new_tokens)
-            return []
         hits_now_free = sum(block.ref_cnt == 0 for block in hits)
         if needed > self.block_pool.num_free_blocks - hits_now_free:
             return None

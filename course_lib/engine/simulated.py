@@ -13,6 +13,8 @@ engine would decide on the same prompts.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass, field
 
 from course_lib.engine.config import SchedulerConfig
@@ -40,6 +42,19 @@ class SimulatedStep:
     preempted: int
     bound: str
     swap_s: float = 0.0  # part of duration_s spent copying swapped blocks over PCIe
+
+
+@contextlib.contextmanager
+def cycle_collector_paused():
+    """A run allocates hundreds of thousands of short-lived objects and no reference cycles, so
+    Python's cycle collector only burns time (about a quarter of a 1,000-request run)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -102,6 +117,10 @@ class SimulatedEngine:
 
     def run(self, workload: list[WorkloadRequest], max_steps: int = 1_000_000) -> SimulationReport:
         """Serve ``workload`` (sorted by arrival) to completion on the simulated clock."""
+        with cycle_collector_paused():
+            return self._run(workload, max_steps)
+
+    def _run(self, workload: list[WorkloadRequest], max_steps: int) -> SimulationReport:
         pending = sorted(enumerate(workload), key=lambda item: item[1].arrival_time)
         tags, clock, cursor, steps, finished = {}, 0.0, 0, [], []
         while cursor < len(pending) or self.scheduler.has_unfinished_requests():

@@ -9,6 +9,7 @@ fits, it refuses to start with an error that says what to change.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ def kv_heads_per_gpu(model: ModelSpec, tensor_parallel_size: int = 1) -> int:
     return math.ceil(model.num_kv_heads / tensor_parallel_size)
 
 
+@functools.lru_cache(maxsize=256)  # the simulator asks once per step
 def model_kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "fp16", tensor_parallel_size: int = 1) -> float:
     """KV bytes per token for ``model`` on one GPU of a ``tensor_parallel_size`` group."""
     return kv_bytes_per_token(

@@ -65,3 +65,20 @@ def test_a_long_document_delays_chat_tokens_less_with_a_small_budget():
 
 def test_percentile_interpolates():
     assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([5], 99) == 5 and percentile([], 50) == 0
+
+
+def test_swap_preemption_pays_for_its_pcie_copies():
+    model, gpu = get_model("Llama-3.1-8B"), get_gpu("H100-80GB")
+    # one block of 16 tokens x 128 KiB per token, over 64 GB/s of PCIe Gen5
+    assert SimulatedEngine(model, gpu, preemption_mode="swap").swap_s_per_block == pytest.approx(16 * 131072 / 64e9)
+    workload = poisson(60, rate_per_s=200, mean_prompt=256, mean_output=256, seed=2)
+    runs = {mode: SimulatedEngine(model, gpu, max_model_len=4096, num_gpu_blocks=200, preemption_mode=mode).run(workload)
+            for mode in ("recompute", "swap")}
+    assert runs["recompute"].preemptions > 0 and runs["swap"].preemptions > 0
+    assert all(step.swap_s == 0 for step in runs["recompute"].steps)
+    per_block = 16 * 131072 / 64e9
+    swapping = [step for step in runs["swap"].steps if step.swap_s]
+    assert swapping and all(round(step.swap_s / per_block, 6).is_integer() for step in swapping)
+    # swapped requests keep their KV, so the GPU computes fewer tokens than under recompute
+    computed = {mode: sum(sum(s.scheduled.values()) for s in r.steps) for mode, r in runs.items()}
+    assert computed["swap"] < computed["recompute"]
