@@ -6,9 +6,10 @@ A step that swaps KV blocks to or from CPU memory also waits for those copies ov
     engine = SimulatedEngine(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), max_num_batched_tokens=2048)
     report = engine.run(document_among_chats())
 
-Output tokens are placeholders (generation length comes from the workload), so everything
-the scheduler decides (budgets, chunking, preemption, prefix hits) is exactly what the real
-engine would decide on the same prompts.
+Output tokens are the workload's ``output_token_ids`` where it gives them (so later turns that
+quote an answer hit the prefix cache) and placeholders otherwise; generation length comes from
+the workload. Everything the scheduler decides (budgets, chunking, preemption, prefix hits) is
+exactly what the real engine would decide on the same tokens.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ class SimulatedEngine:
         self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len,
                                       long_prefill_token_threshold, preemption_mode, scheduling_policy)
         self.block_size = block_size
+        self.scripted_outputs: dict[str, tuple[int, ...]] = {}  # request id -> the tokens it will "generate"
         self.swap_s_per_block = block_size * model_kv_bytes_per_token(model, dtype) / gpu.pcie_bandwidth
         self.kv = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.config, self.kv, num_gpu_blocks if preemption_mode == "swap" else 0)
@@ -138,7 +140,7 @@ class SimulatedEngine:
                              self.dtype, self.efficiency)
             swap_s = (len(plan.swap_out) + len(plan.swap_in)) * self.swap_s_per_block
             clock += cost.time_s + swap_s
-            sampled = {r: PLACEHOLDER_TOKEN for r, n in plan.num_scheduled_tokens.items()
+            sampled = {r: self._next_token(requests[r]) for r, n in plan.num_scheduled_tokens.items()
                        if requests[r].num_computed_tokens + n == requests[r].num_tokens}
             finished += self.scheduler.update_from_output(plan, sampled, clock)
             steps.append(SimulatedStep(clock, cost.time_s + swap_s, plan.num_scheduled_tokens,
@@ -153,9 +155,16 @@ class SimulatedEngine:
         if len(prompt) > self.config.max_model_len:
             raise ValueError(f"Request {request_id} has {len(prompt)} prompt tokens, more than max_model_len="
                              f"{self.config.max_model_len}; raise max_model_len or shorten the workload's prompts.")
+        if item.output_token_ids is not None:
+            self.scripted_outputs[request_id] = item.output_token_ids
         params = SamplingParams(temperature=0, max_tokens=item.output_len, ignore_eos=True)
         self.scheduler.add_request(Request(request_id, prompt, params, None, item.arrival_time, self.block_size,
                                            self.config.max_model_len))
+
+    def _next_token(self, request: Request) -> int:
+        """The workload's next output token for ``request``, or the placeholder."""
+        script = self.scripted_outputs.get(request.request_id)
+        return script[len(request.output_token_ids)] if script else PLACEHOLDER_TOKEN
 
     def _report(self, steps, finished: list[Request], tags: dict[str, str]) -> SimulationReport:
         report = SimulationReport(steps, output_tokens=sum(len(r.output_token_ids) for r in finished),

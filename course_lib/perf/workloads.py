@@ -14,12 +14,19 @@ from course_lib.checks import require_positive
 
 @dataclass(frozen=True)
 class WorkloadRequest:
-    """One request: when it arrives (s), its prompt (token ids), how many tokens it will generate."""
+    """One request: when it arrives (s), its prompt (token ids), how many tokens it will generate,
+    and optionally which ones (so a later turn that quotes them can hit the prefix cache)."""
 
     arrival_time: float
     prompt_token_ids: tuple[int, ...]
     output_len: int
     tag: str = "chat"
+    output_token_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.output_token_ids is not None and len(self.output_token_ids) != self.output_len:
+            raise ValueError(f"output_token_ids has {len(self.output_token_ids)} tokens but output_len is "
+                             f"{self.output_len}; make them agree.")
 
 
 def _tokens(rng: random.Random, count: int) -> tuple[int, ...]:
@@ -64,6 +71,30 @@ def document_among_chats(num_chat_users: int = 32, document_tokens: int = 16000,
         if now > duration_s:
             break
         out.append(WorkloadRequest(now, _tokens(rng, rng.randint(50, 200)), rng.randint(30, 120), "follow-up"))
+    return sorted(out, key=lambda r: r.arrival_time)
+
+
+def agent_sessions(num_sessions: int = 16, turns: int = 6, system_prompt_len: int = 1024,
+                   tool_result_len: tuple[int, int] = (100, 600), output_len: tuple[int, int] = (30, 200),
+                   think_time_s: float = 2.0, session_rate_per_s: float = 2.0, seed: int = 0) -> list[WorkloadRequest]:
+    """Multi-turn agent sessions: every turn's prompt is the previous turn's prompt, the model's
+    previous answer and a new tool result, behind a system prompt all sessions share. Turns of
+    one session arrive ``think_time_s`` (exponential) apart; sessions start as a Poisson stream.
+    Tags are 'turn 1', 'turn 2', ..."""
+    require_positive("num_sessions", num_sessions)
+    require_positive("turns", turns)
+    rng = random.Random(seed)
+    system = _tokens(rng, system_prompt_len)
+    out, start = [], 0.0
+    for _ in range(num_sessions):
+        start += rng.expovariate(session_rate_per_s)
+        now, context = start, system
+        for turn in range(1, turns + 1):
+            prompt = context + _tokens(rng, rng.randint(*tool_result_len))
+            answer = _tokens(rng, rng.randint(*output_len))
+            out.append(WorkloadRequest(now, prompt, len(answer), f"turn {turn}", answer))
+            context = prompt + answer
+            now += rng.expovariate(1 / think_time_s)
     return sorted(out, key=lambda r: r.arrival_time)
 
 

@@ -10,7 +10,7 @@ from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.simulated import SimulatedEngine, percentile
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import ModelSpec, get_model
-from course_lib.perf.workloads import WorkloadRequest, document_among_chats, poisson
+from course_lib.perf.workloads import WorkloadRequest, agent_sessions, document_among_chats, poisson
 
 TINY_SPEC = ModelSpec("tiny", 2, 4, 2, 8, 1e5, 256, hidden_size=32, intermediate_size=64, vocab_size=256)
 
@@ -82,3 +82,22 @@ def test_swap_preemption_pays_for_its_pcie_copies():
     # swapped requests keep their KV, so the GPU computes fewer tokens than under recompute
     computed = {mode: sum(sum(s.scheduled.values()) for s in r.steps) for mode, r in runs.items()}
     assert computed["swap"] < computed["recompute"]
+
+
+def test_agent_sessions_reuse_earlier_turns_through_the_prefix_cache():
+    workload = agent_sessions(num_sessions=6, turns=4, seed=1)
+    by_turn = {}
+    for request in workload:
+        by_turn.setdefault(request.tag, []).append(request)
+    assert len(workload) == 24 and len(by_turn["turn 4"]) == 6
+    model, gpu = get_model("Llama-3.1-8B"), get_gpu("H100-80GB")
+    reports = {caching: SimulatedEngine(model, gpu, max_model_len=8192, enable_prefix_caching=caching).run(workload)
+               for caching in (True, False)}
+    # later turns quote the whole earlier conversation, the model's answers included
+    assert reports[True].prefix_hit_rate > 0.7 and reports[False].prefix_hit_rate == 0
+    assert sum(reports[True].ttft["turn 4"]) < sum(reports[False].ttft["turn 4"]) / 2
+
+
+def test_scripted_output_tokens_must_match_the_length():
+    with pytest.raises(ValueError, match="make them agree"):
+        WorkloadRequest(0.0, (1, 2), 3, output_token_ids=(5,))
