@@ -1,10 +1,15 @@
-"""Test-wide set-up: on a machine without a GPU, Triton kernels run in the interpreter.
+"""Test-wide set-up, inherited by the notebook kernels nbval starts from this process.
 
-The variable must be set before any ``@triton.jit`` decorator runs, and notebook kernels
-started by nbval inherit it from this process.
+* One torch thread per process: the suite runs one pytest worker per core, and a second
+  thread pool per worker makes them spin against each other (a notebook cell that takes 4 s
+  alone took over 60 s that way). Set before torch is imported.
+* On a machine without a GPU, Triton kernels run in the interpreter; the variable must be
+  set before any ``@triton.jit`` decorator runs.
 """
 
 import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _has_cuda() -> bool:

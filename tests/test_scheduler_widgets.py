@@ -9,7 +9,12 @@ from course_lib.engine.sampling_params import SamplingParams
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
 from course_lib.perf.workloads import document_among_chats
-from course_lib.widgets.budget_explorer import TokenBudgetExplorer, latency_summary, plot_budget_sweep, simulate_budget
+from course_lib.widgets.budget_explorer import (
+    TokenBudgetExplorer,
+    latency_summary,
+    plot_budget_sweep,
+    simulate_budget,
+)
 from course_lib.widgets.hash_chain import draw_hash_chains, prefix_hits
 from course_lib.widgets.scheduler_stepper import record_run, scheduler_stepper
 

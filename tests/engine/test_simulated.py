@@ -10,7 +10,12 @@ from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.simulated import SimulatedEngine, percentile
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import ModelSpec, get_model
-from course_lib.perf.workloads import WorkloadRequest, agent_sessions, document_among_chats, poisson
+from course_lib.perf.workloads import (
+    WorkloadRequest,
+    agent_sessions,
+    document_among_chats,
+    poisson,
+)
 
 TINY_SPEC = ModelSpec("tiny", 2, 4, 2, 8, 1e5, 256, hidden_size=32, intermediate_size=64, vocab_size=256)
 
