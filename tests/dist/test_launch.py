@@ -1,0 +1,60 @@
+"""The launcher: real ranks, results back in rank order, and no hang ever reaches the caller."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_lib.dist.launch import CollectiveTimeout, RankFailure, run_on_ranks
+
+
+def sum_of_ranks(offset):
+    value = torch.tensor([dist.get_rank() + offset])
+    print(f"holding {value.item():g}")
+    dist.all_reduce(value)
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": value}
+
+
+def test_results_come_back_in_rank_order_with_prints():
+    lines = []
+    results = run_on_ranks(sum_of_ranks, 4, 1.0, on_print=lambda rank, line: lines.append((rank, line)))
+    assert [r["rank"] for r in results] == [0, 1, 2, 3] and all(r["world"] == 4 for r in results)
+    assert all(torch.equal(r["sum"], torch.tensor([10.0])) for r in results)
+    assert sorted(lines) == [(r, f"holding {r + 1}") for r in range(4)]
+
+
+def mismatched_calls():
+    tensor = torch.ones(4)
+    if dist.get_rank() == 0:
+        dist.broadcast(tensor, src=0)
+    else:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def test_a_mismatch_times_out_with_the_pending_calls_named():
+    started = time.monotonic()
+    with pytest.raises(CollectiveTimeout) as error:
+        run_on_ranks(mismatched_calls, 3, timeout_s=3)
+    assert time.monotonic() - started < 15
+    message = str(error.value)
+    assert "rank 0: inside broadcast" in message and "rank 2: inside all_reduce" in message
+    assert "same collective calls in the same order" in message
+
+
+def fails_on_rank_two():
+    if dist.get_rank() == 2:
+        raise ValueError("rank two cannot do this")
+    dist.barrier()  # the others wait for rank 2, which never arrives
+    return True
+
+
+def test_a_rank_that_raises_stops_the_run_with_its_traceback():
+    with pytest.raises(RankFailure, match="rank 2 raised:(.|\n)*rank two cannot do this"):
+        run_on_ranks(fails_on_rank_two, 3, timeout_s=20)
+
+
+def test_world_size_is_checked():
+    with pytest.raises(ValueError, match="between 1 and 64"):
+        run_on_ranks(sum_of_ranks, 0, 1.0)
