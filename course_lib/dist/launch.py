@@ -97,7 +97,7 @@ def _trace_collectives(messages, rank: int) -> None:
         setattr(dist, name, traced)
 
 
-def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
+def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float, trace_calls: bool,
                fn: Callable, args: tuple, kwargs: dict, messages) -> None:
     sys.stdout = sys.stderr = _QueueWriter(messages, rank)
     try:
@@ -106,7 +106,8 @@ def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeo
             torch.cuda.set_device(rank)
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
-        _trace_collectives(messages, rank)
+        if trace_calls:
+            _trace_collectives(messages, rank)
         result = fn(*args, **kwargs)
         payload = io.BytesIO()
         torch.save(_to_cpu(result), payload)
@@ -132,10 +133,12 @@ def _to_cpu(value: Any) -> Any:
 
 
 def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = None, timeout_s: float = 60.0,
-                 on_print: Callable[[int, str], None] | None = None, **kwargs) -> list:
+                 on_print: Callable[[int, str], None] | None = None, trace_calls: bool = True, **kwargs) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return each rank's result, in rank order.
 
     ``on_print(rank, line)`` receives what the ranks print (default: print it prefixed).
+    ``trace_calls=False`` skips watching collectives (for timing: a timeout then cannot say where
+    each rank was).
     """
     if not 1 <= world_size <= 64:
         raise ValueError(f"world_size must be between 1 and 64, got {world_size}.")
@@ -148,7 +151,8 @@ def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = Non
     messages = context.Queue()
     init_method = f"tcp://127.0.0.1:{_free_port()}"
     processes = [context.Process(target=_rank_main, daemon=True,
-                                 args=(rank, world_size, backend, init_method, timeout_s, fn, args, kwargs, messages))
+                                 args=(rank, world_size, backend, init_method, timeout_s, trace_calls, fn, args, kwargs,
+                                       messages))
                  for rank in range(world_size)]
     for process in processes:
         process.start()
