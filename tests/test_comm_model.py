@@ -2,7 +2,14 @@
 
 import pytest
 
-from course_lib.perf.comm import ALGORITHMS, BINARY_TREE, DOUBLE_BINARY_TREE, LINKS, RING, crossover_bytes
+from course_lib.perf.comm import (
+    ALGORITHMS,
+    BINARY_TREE,
+    DOUBLE_BINARY_TREE,
+    LINKS,
+    RING,
+    crossover_bytes,
+)
 
 ALPHA, BETA = 5e-6, 1 / 50e9  # an InfiniBand hop
 

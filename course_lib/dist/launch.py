@@ -39,9 +39,9 @@ import torch.distributed as dist
 if sys.platform == "linux":  # ranks talk over loopback, whatever the machine's network
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
-TRACED_CALLS = ("broadcast", "reduce", "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-                "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "scatter", "gather", "barrier",
-                "send", "recv", "isend", "irecv")
+TRACED_CALLS = ("broadcast", "reduce", "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+                "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
+                "scatter", "gather", "barrier", "send", "recv", "isend", "irecv")
 
 
 class RankFailure(RuntimeError):
@@ -86,7 +86,9 @@ def _trace_collectives(messages, rank: int) -> None:
     """Wrap torch.distributed's communication calls (in this rank's process only) so the caller
     knows which one each rank is inside."""
     for name in TRACED_CALLS:
-        original = getattr(dist, name)
+        original = getattr(dist, name, None)
+        if original is None:  # not in this torch release
+            continue
 
         def traced(*args, _original=original, _name=name, **kwargs):
             messages.put(("enter", rank, _name))
