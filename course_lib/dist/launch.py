@@ -106,8 +106,9 @@ def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeo
         torch.set_num_threads(1)  # N ranks share the machine's cores
         if backend == "nccl":
             torch.cuda.set_device(rank)
+        # the backend's own timeout comes later than the caller's, whose message says more
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+                                timeout=datetime.timedelta(seconds=2 * timeout_s + 10))
         if trace_calls:
             _trace_collectives(messages, rank)
         result = fn(*args, **kwargs)

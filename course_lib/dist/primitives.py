@@ -31,6 +31,8 @@ def starting_tensor(rank: int, world_size: int) -> torch.Tensor:
 def run_primitive(name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """This rank's tensor before and after primitive ``name`` (None: the primitive leaves nothing
     defined on this rank, e.g. a reduce's non-root ranks)."""
+    if name not in PRIMITIVES:
+        raise ValueError(f"Unknown primitive {name!r}; choose one of {PRIMITIVES}.")
     rank, world = dist.get_rank(), dist.get_world_size()
     before = starting_tensor(rank, world)
     data = before.clone()
@@ -51,11 +53,9 @@ def run_primitive(name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         shard = torch.empty(1)
         reduce_scatter_flat(shard, data)
         return before, shard
-    if name == "all_to_all":  # rank r gets element r of every rank: a transpose
-        received = torch.empty(world)
-        dist.all_to_all_single(received, data)
-        return before, received
-    raise ValueError(f"Unknown primitive {name!r}; choose one of {PRIMITIVES}.")
+    received = torch.empty(world)  # all_to_all: rank r gets element r of every rank, a transpose
+    dist.all_to_all_single(received, data)
+    return before, received
 
 
 def all_reduce_identities(numel: int = 12, seed: int = 0) -> dict[str, float]:
