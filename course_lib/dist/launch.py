@@ -163,10 +163,13 @@ def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = Non
     try:
         return _collect(processes, messages, timeout_s, on_print)
     finally:
+        grace_until = time.monotonic() + 1.0  # ranks that returned are closing their process group
+        for process in processes:
+            process.join(timeout=max(0.0, grace_until - time.monotonic()))
         for process in processes:
             if process.is_alive():
                 process.kill()
-            process.join(timeout=5)
+                process.join()
         messages.close()
 
 
