@@ -1,0 +1,36 @@
+"""The set-up check runs the real things and explains every failure."""
+
+import torch
+
+from course_lib.setup_check import (
+    CheckResult,
+    as_html,
+    as_text,
+    check_distributed,
+    check_triton,
+    run_checks,
+)
+
+
+def test_every_required_check_passes_on_a_course_machine():
+    results = run_checks()
+    assert [r.name for r in results] == ["Python", "PyTorch", "GPU", "Triton", "torch.distributed",
+                                         "JupyterLab widgets"]
+    assert all(r.ok for r in results if r.required), as_text(results)
+    assert as_text(results).endswith("Ready for the course.")
+    gpu = next(r for r in results if r.name == "GPU")
+    assert gpu.ok == torch.cuda.is_available() and not gpu.required
+
+
+def test_triton_and_ranks_are_really_exercised():
+    assert "a test kernel matched its PyTorch reference" in check_triton().detail
+    assert "gave [3.0, 3.0]" in check_distributed().detail
+
+
+def test_failures_show_their_fix():
+    results = [CheckResult("Python", True, "3.11"), CheckResult("Triton", False, "not installed", "pip install triton"),
+               CheckResult("GPU", False, "none", "optional", required=False)]
+    text = as_text(results)
+    assert "[FAIL] Triton" in text and "fix: pip install triton" in text and "[note] GPU" in text
+    assert text.endswith("Fix the FAIL lines above, then run the check again.")
+    assert "fix: pip install triton" in as_html(results)
