@@ -151,7 +151,8 @@ def as_text(results: list[CheckResult]) -> str:
 
 def as_html(results: list[CheckResult]) -> str:
     rows = "".join(
-        f"<tr><td>{'✅' if r.ok else '❌' if r.required else 'ℹ️'}</td><td><b>{html.escape(r.name)}</b></td>"
+        f"<tr><td style='color:{'#1a7f37' if r.ok else '#cf222e' if r.required else '#9a6700'}'><b>"
+        f"{'ok' if r.ok else 'FAIL' if r.required else 'note'}</b></td><td><b>{html.escape(r.name)}</b></td>"
         f"<td>{html.escape(r.detail)}{'<br><i>fix: ' + html.escape(r.fix) + '</i>' if not r.ok and r.fix else ''}</td></tr>"
         for r in results)
     return f"<table>{rows}</table>"
