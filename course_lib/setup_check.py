@@ -98,7 +98,8 @@ def check_distributed() -> CheckResult:
     try:
         sums = run_on_ranks(_two_rank_sum, 2, timeout_s=60, on_print=lambda rank, line: None)
     except Exception as error:  # noqa: BLE001 - any failure here is what the learner must see
-        return CheckResult("torch.distributed", False, f"2-rank run failed: {str(error).splitlines()[0]}",
+        last = [line for line in str(error).splitlines() if line.strip()][-1:] or [type(error).__name__]
+        return CheckResult("torch.distributed", False, f"2-rank run failed: {last[0]}",
                            "Check that processes may open sockets on 127.0.0.1 (a firewall or sandbox may block it).")
     ok = sums == [3.0, 3.0]
     return CheckResult("torch.distributed", ok, f"backends {', '.join(backends)}; a 2-rank all-reduce on "
@@ -110,7 +111,7 @@ def _two_rank_sum() -> float:
     import torch.distributed as dist
 
     value = torch.tensor([dist.get_rank() + 1.0])
-    if dist.get_backend() == "nccl":
+    if "nccl" in dist.get_backend():
         value = value.cuda(dist.get_rank())
     dist.all_reduce(value)
     return value.item()
@@ -129,12 +130,26 @@ def check_widgets() -> CheckResult:
                        "" if not missing else f"pip install {' '.join(missing)}, then restart JupyterLab.")
 
 
-CHECKS: list[Callable[[], CheckResult]] = [check_python, check_torch, check_gpu, check_triton, check_distributed,
+# the distributed check runs before the GPU check: forked ranks cannot use CUDA once this process has
+CHECKS: list[Callable[[], CheckResult]] = [check_python, check_torch, check_triton, check_distributed, check_gpu,
                                            check_widgets]
+NEEDS_TORCH = {check_triton, check_distributed, check_gpu}
 
 
 def run_checks() -> list[CheckResult]:
-    return [check() for check in CHECKS]
+    """Every check; one that raises becomes a failed result instead of stopping the others."""
+    results = []
+    for check in CHECKS:
+        name = check.__name__.removeprefix("check_")
+        if check in NEEDS_TORCH and not any(r.name == "PyTorch" and r.ok for r in results):
+            results.append(CheckResult(name, False, "skipped: needs PyTorch", "Fix PyTorch first."))
+            continue
+        try:
+            results.append(check())
+        except Exception as error:  # noqa: BLE001 - report, and go on with the other checks
+            results.append(CheckResult(name, False, f"the check itself failed: {type(error).__name__}: {error}",
+                                       "Report this with the line above."))
+    return results
 
 
 def as_text(results: list[CheckResult]) -> str:

@@ -114,3 +114,22 @@ def test_a_crashing_kernel_is_reported_and_earlier_checks_still_count(tmp_path):
     grade = grade_submission("erin", tmp_path / EXERCISE.name, EXERCISE, cell_timeout_s=5)
     assert grade.status == "kernel crashed"
     assert [c.passed for c in grade.checks] == [True, True, False]
+
+
+def test_a_deleted_student_cell_is_graded_as_the_starter():
+    pristine = nbformat.read(EXERCISE, as_version=4)
+    submission = solved()
+    submission.cells.remove(student_cells(submission)[0])
+    graded = student_cells(restore_locked_cells(submission, pristine))
+    assert graded[0].source == student_cells(pristine)[0].source  # the starter, not task 2's code
+    assert [c.source for c in graded[1:]] == [c.source for c in student_cells(solved())[1:]]
+
+
+def test_helper_cells_do_not_shift_which_cell_is_read_as_a_check(tmp_path):
+    book = solved()
+    first = student_cells(book)[0]
+    book.cells.insert(book.cells.index(first) + 1, nbformat.v4.new_code_cell("print('my helper')"))
+    student_cells(book)[2].source = "def plan_step(*args, **kwargs):\n    return {}"  # task 3 wrong
+    nbformat.write(book, tmp_path / EXERCISE.name)
+    grade = grade_submission("hana", tmp_path / EXERCISE.name, EXERCISE, cell_timeout_s=60)
+    assert [c.passed for c in grade.checks] == [True, True, False] and grade.status == "graded"

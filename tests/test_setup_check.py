@@ -14,7 +14,7 @@ from course_lib.setup_check import (
 
 def test_every_required_check_passes_on_a_course_machine():
     results = run_checks()
-    assert [r.name for r in results] == ["Python", "PyTorch", "GPU", "Triton", "torch.distributed",
+    assert [r.name for r in results] == ["Python", "PyTorch", "Triton", "torch.distributed", "GPU",
                                          "JupyterLab widgets"]
     assert all(r.ok for r in results if r.required), as_text(results)
     assert as_text(results).endswith("Ready for the course.")
@@ -34,3 +34,14 @@ def test_failures_show_their_fix():
     assert "[FAIL] Triton" in text and "fix: pip install triton" in text and "[note] GPU" in text
     assert text.endswith("Fix the FAIL lines above, then run the check again.")
     assert "fix: pip install triton" in as_html(results)
+
+
+def test_a_check_that_raises_becomes_a_failed_line(monkeypatch):
+    import course_lib.setup_check as setup_check
+
+    def broken():
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(setup_check, "CHECKS", [setup_check.check_python, setup_check.check_torch, broken])
+    results = setup_check.run_checks()
+    assert not results[-1].ok and "disk on fire" in results[-1].detail and results[0].ok

@@ -24,7 +24,7 @@ SIZES = [4 * 1024 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB
 def time_all_reduces(sizes: list[int], repeats: int) -> dict[int, dict[str, float]]:
     """Run on every rank: median seconds of each implementation per message size (bytes)."""
     timings = {}
-    on_gpu = dist.get_backend() == "nccl"
+    on_gpu = "nccl" in dist.get_backend()
     for size in sizes:
         data = torch.ones(size // 4, device=f"cuda:{dist.get_rank()}" if on_gpu else "cpu")
         samples: dict[str, list[float]] = {"backend": [], "ring": []}

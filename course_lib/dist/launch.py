@@ -53,8 +53,11 @@ class CollectiveTimeout(TimeoutError):
 
 
 def default_backend(world_size: int) -> str:
-    """NCCL when there is a GPU for every rank, gloo otherwise."""
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size else "gloo"
+    """NCCL when there is a GPU for every rank, gloo otherwise. Also gloo once this process has
+    started CUDA: forked ranks cannot use CUDA then."""
+    if torch.cuda.is_initialized() or not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
+        return "gloo"
+    return "nccl"
 
 
 def _free_port() -> int:
@@ -107,7 +110,8 @@ def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeo
         if backend == "nccl":
             torch.cuda.set_device(rank)
         # the backend's own timeout comes later than the caller's, whose message says more
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+        dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else backend,  # CPU tensors work under NCCL too
+                                init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=2 * timeout_s + 10))
         if trace_calls:
             _trace_collectives(messages, rank)
@@ -177,23 +181,26 @@ def _collect(processes, messages, timeout_s: float, on_print) -> list:
     world_size = len(processes)
     results: dict[int, Any] = {}
     inside: dict[int, list[str]] = {rank: [] for rank in range(world_size)}  # collectives entered, not left
+    last_call: dict[int, str] = {}
     calls: dict[int, int] = {rank: 0 for rank in range(world_size)}
     deadline = time.monotonic() + timeout_s
     while len(results) < world_size:
+        # checked on every pass: a chatty rank must not keep the deadline from being noticed
+        if time.monotonic() > deadline:
+            raise CollectiveTimeout(_timeout_message(timeout_s, results, inside, last_call, calls, world_size))
+        for rank, process in enumerate(processes):
+            if rank not in results and process.exitcode not in (None, 0):
+                raise RankFailure(f"rank {rank} died with exit code {process.exitcode} (out of memory, or "
+                                  "killed) before returning.")
         try:
-            kind, rank, body = messages.get(timeout=0.05)
+            kind, rank, body = messages.get(timeout=max(0.001, min(0.05, deadline - time.monotonic())))
         except queue_module.Empty:
-            if time.monotonic() > deadline:
-                raise CollectiveTimeout(_timeout_message(timeout_s, results, inside, calls, world_size)) from None
-            for rank, process in enumerate(processes):
-                if rank not in results and process.exitcode not in (None, 0):
-                    raise RankFailure(f"rank {rank} died with exit code {process.exitcode} (out of memory, or "
-                                      "killed) before returning.")
             continue
         if kind == "print":
             on_print(rank, body)
         elif kind == "enter":
             inside[rank].append(body)
+            last_call[rank] = body
             calls[rank] += 1
         elif kind == "exit":
             inside[rank].remove(body)
@@ -204,12 +211,16 @@ def _collect(processes, messages, timeout_s: float, on_print) -> list:
     return [results[rank] for rank in range(world_size)]
 
 
-def _timeout_message(timeout_s, results, inside, calls, world_size) -> str:
+def _timeout_message(timeout_s, results, inside, last_call, calls, world_size) -> str:
     stuck = [rank for rank in range(world_size) if rank not in results]
     lines = [f"No result after {timeout_s:g} s from rank(s) {', '.join(map(str, stuck))}; all ranks were stopped."]
     for rank in stuck:
-        where = f"inside {inside[rank][-1]} (its communication call #{calls[rank]})" if inside[rank] else \
-            "computing, outside any collective"
+        if inside[rank]:
+            where = f"inside {inside[rank][-1]} (its communication call #{calls[rank]})"
+        elif rank in last_call:  # e.g. waiting on the handle of an isend or an async_op collective
+            where = f"outside any blocking call; its last call (#{calls[rank]}) was {last_call[rank]}"
+        else:
+            where = "computing, before any communication call"
         lines.append(f"  rank {rank}: {where}")
     lines.append("Every rank must make the same collective calls in the same order (and matching send/recv "
                  "pairs); a rank that skips one, or calls a different one, leaves the others waiting.")

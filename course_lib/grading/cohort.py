@@ -10,6 +10,7 @@ notebook) stops the run; each gets a status:
   graded          ran; each check passed or failed
   timeout         the whole notebook passed the time limit; it was stopped
   kernel crashed  the kernel died or stopped answering (os._exit, out of memory, stuck in native code)
+  grader error    pytest itself stopped abnormally (its exit code is reported)
   malformed       not a readable notebook
   missing         the learner handed nothing in for this exercise
 """
@@ -17,6 +18,7 @@ notebook) stops the run; each gets a status:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import resource
@@ -57,35 +59,59 @@ class ExerciseGrade:
         return sum(check.passed for check in self.checks)
 
 
-def check_cells(pristine: nbformat.NotebookNode) -> list[tuple[int, str]]:
-    """(index among code cells, name) of each check cell; the name is the nearest heading above."""
-    checks, heading, code_index = [], "", 0
+def check_cells(pristine: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    """(cell id, name) of each check cell; the name is the nearest heading above it."""
+    checks, heading = [], ""
     for cell in pristine.cells:
         if cell.cell_type == "markdown":
             titles = [line.lstrip("#").strip() for line in cell.source.splitlines() if line.startswith("#")]
             heading = titles[-1] if titles else heading
-        elif cell.cell_type == "code":
-            if "check" in cell.metadata.get("tags", []):
-                checks.append((code_index, heading or f"check {len(checks) + 1}"))
-            code_index += 1
+        elif "check" in cell.metadata.get("tags", []):
+            checks.append((cell.get("id"), heading or f"check {len(checks) + 1}"))
     return checks
 
 
-def _failures(junit: Path) -> dict[int, str]:
-    """Code-cell index -> one-line reason, for every cell that failed or was skipped (nbval skips
-    the cell after a timeout, expecting it to fail)."""
-    failures = {}
+def code_cell_index(book: nbformat.NotebookNode) -> dict[str, int]:
+    """Cell id -> position among code cells: how nbval names its tests ("Cell N")."""
+    return {cell.get("id"): index for index, cell in enumerate(c for c in book.cells if c.cell_type == "code")}
+
+
+def _outcomes(junit: Path) -> dict[int, str]:
+    """Code-cell index -> "" for every cell that passed, or a one-line reason for every cell that
+    failed or was skipped (nbval skips the cell after a timeout, expecting it to fail)."""
+    outcomes = {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
         match = re.search(r"Cell (\d+)", case.get("name", ""))
-        if problem is not None and match:
-            text = ANSI.sub("", (problem.get("message") or "") + "\n" + (problem.text or ""))
-            lines = [line.strip() for line in text.splitlines() if line.strip()]
-            timeouts = [line for line in lines if re.match(r"^Cell \d+: Timeout|^Previous", line)]
-            errors = [line for line in lines if re.match(r"^\w*(Error|Exception)\b", line)]
-            reason = timeouts[0] if timeouts else (errors or lines or ["failed"])[-1]
-            failures[int(match.group(1))] = re.sub(r"^Cell \d+: ", "", reason)[:300]
-    return failures
+        if not match:
+            continue
+        problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
+        if problem is None:
+            outcomes[int(match.group(1))] = ""
+            continue
+        text = ANSI.sub("", (problem.get("message") or "") + "\n" + (problem.text or ""))
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        timeouts = [line for line in lines if re.match(r"^Cell \d+: Timeout|^Previous", line)]
+        errors = [line for line in lines if re.match(r"^\w*(Error|Exception)\b", line)]
+        reason = timeouts[0] if timeouts else (errors or lines or ["failed"])[-1]
+        outcomes[int(match.group(1))] = re.sub(r"^Cell \d+: ", "", reason)[:300] or "failed"
+    return outcomes
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), including kernels started in their own session."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found
 
 
 def _limit_memory(limit_bytes: int) -> Callable[[], None]:
@@ -113,7 +139,8 @@ def grade_submission(learner: str, submission: Path, pristine_path: Path, time_l
         return every_check("malformed", f"not a readable notebook ({type(error).__name__})")
     with tempfile.TemporaryDirectory(prefix="cohort-") as work:
         graded = Path(work) / f"{exercise}.ipynb"
-        nbformat.write(restore_locked_cells(book, pristine), graded)
+        graded_book = restore_locked_cells(book, pristine)
+        nbformat.write(graded_book, graded)
         junit = Path(work) / "report.xml"
         command = grade_command(graded, cell_timeout_s) + ["--junitxml", str(junit)]
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -121,14 +148,21 @@ def grade_submission(learner: str, submission: Path, pristine_path: Path, time_l
         try:
             process.wait(timeout=time_limit_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # pytest, its kernel and anything they started
+            for pid in _descendants(process.pid):  # the kernel runs in a session of its own
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             return every_check("timeout", f"stopped after the {time_limit_s:g} s limit")
-        if not junit.is_file():
-            return every_check("kernel crashed", f"the grader exited with code {process.returncode}")
-        failures = _failures(junit)
-    crashed = any(re.search(r"DeadKernel|Kernel died|Failed to interrupt kernel", m, re.I) for m in failures.values())
-    results = tuple(CheckResult(name, index not in failures, failures.get(index, "")) for index, name in checks)
+        if process.returncode not in (0, 1) or not junit.is_file():  # 0: all passed, 1: some failed
+            return every_check("grader error", f"the grader stopped with exit code {process.returncode}")
+        outcomes = _outcomes(junit)
+        position = code_cell_index(graded_book)
+    results = tuple(CheckResult(name, outcomes.get(position.get(cell_id, -1)) == "",
+                                outcomes.get(position.get(cell_id, -1), "did not run"))
+                    for cell_id, name in checks)
+    crashed = any(re.search(r"DeadKernel|Kernel died|Failed to interrupt kernel", reason, re.I)
+                  for reason in outcomes.values())
     return ExerciseGrade(learner, exercise, "kernel crashed" if crashed else "graded", results)
 
 

@@ -1,8 +1,9 @@
 """Rebuild a learner's submission around the pristine exercise, so no one passes by editing a check.
 
 The graded notebook is the pristine exercise, cell for cell, except that each ``student`` cell
-is replaced by the learner's version: matched by cell id, or failing that by order among the
-student cells. Cells the learner added right after a student cell (helpers) come along with
+is replaced by the learner's version: matched by cell id, or, for learner cells whose ids match
+no pristine student cell (ids lost on the way), by order. A student cell the learner deleted is
+graded as the starter. Cells the learner added right after a student cell (helpers) come along with
 it. Every other cell (instructions, locked ``setup`` and ``check`` cells with their expected
 outputs) is the pristine one, whatever the submission holds.
 """
@@ -29,16 +30,18 @@ def restore_locked_cells(submission: nbformat.NotebookNode, pristine: nbformat.N
         elif learner_groups and cell.get("id") not in pristine_ids:
             learner_groups[-1][1].append(cell)
     by_id = {student.get("id"): (student, extra) for student, extra in learner_groups}
+    pristine_student_ids = {cell.get("id") for cell in pristine.cells if _is_student(cell)}
+    # groups whose id names no pristine student cell (ids lost on the way) are matched by order
+    unmatched = [group for group in learner_groups if group[0].get("id") not in pristine_student_ids]
     graded = copy.deepcopy(pristine)
-    cells, student_index = [], 0
+    cells = []
     for cell in pristine.cells:
         if not _is_student(cell):
             cells.append(copy.deepcopy(cell))
             continue
         match = by_id.get(cell.get("id"))
-        if match is None and student_index < len(learner_groups):
-            match = learner_groups[student_index]
-        student_index += 1
+        if match is None and unmatched:
+            match = unmatched.pop(0)
         if match is None:  # the learner deleted it: grade the starter
             cells.append(copy.deepcopy(cell))
             continue

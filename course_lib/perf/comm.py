@@ -4,7 +4,8 @@ A message of K bytes over one link costs ``alpha + K * beta``: alpha is the per-
 latency (software, NIC, switch), beta the inverse bandwidth (seconds per byte).
 
   ring             2(N-1) alpha + 2(N-1)/N K beta   2(N-1) hops in sequence; each carries K/N bytes
-  binary tree      2 log2(N) alpha + 4 K beta       up and down the tree's depth; pipelined, an
+  binary tree      2 log2(N) alpha + 4 K beta       up and down the tree's depth (floor(log2 N) levels
+                                                     when N is not a power of two); pipelined, an
                                                      interior rank receives K from each of two
                                                      children and later sends K to each
   double binary    2 log2(N) alpha + 2 K beta       two trees, each on half the data, every rank
@@ -23,7 +24,6 @@ NVLink hop, a few us for PCIe, about 5 us for an InfiniBand hop through a switch
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -77,7 +77,8 @@ class AllReduceCost:
 
 
 def _depth(num_ranks: int) -> int:
-    return math.ceil(math.log2(num_ranks))
+    """Levels of a heap-shaped binary tree of N ranks: floor(log2 N), log2 N for powers of two."""
+    return num_ranks.bit_length() - 1
 
 
 RING = AllReduceCost("ring", lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n)

@@ -43,6 +43,7 @@ class CrossoverExplorer(w.VBox):
         self.message = w.SelectionSlider(options=[(format_bytes(2**k), 2**k) for k in range(10, 33)],
                                          value=message_bytes, description="message", style=style, layout=layout)
         self.verdict, self.figure = w.HTML(), FigurePane()
+        self._loading = False
         self.link.observe(lambda _: self.load_link(), "value")
         for control in (self.num_ranks, self.alpha_us, self.bandwidth, self.message):
             control.observe(lambda _: self.refresh(), "value")
@@ -52,11 +53,16 @@ class CrossoverExplorer(w.VBox):
 
     def load_link(self) -> None:
         link = LINKS[self.link.value]
-        with self.hold_trait_notifications():
+        self._loading = True  # one redraw for both sliders, not one per slider
+        try:
             self.alpha_us.value, self.bandwidth.value = link.alpha_s * 1e6, link.bandwidth / 1e9
+        finally:
+            self._loading = False
         self.refresh()
 
     def refresh(self) -> None:
+        if self._loading:
+            return
         n, alpha, beta = self.num_ranks.value, self.alpha_us.value * 1e-6, 1 / (self.bandwidth.value * 1e9)
         times = {cost.name: cost.time(n, self.message.value, alpha, beta) for cost in ALGORITHMS.values()}
         best = min(times, key=times.get)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as w
 
 from course_lib.dist.launch import run_on_ranks
@@ -53,5 +55,7 @@ class PrimitiveExplorer(w.VBox):
         self.refresh()
 
     def refresh(self) -> None:
-        self.view.value = "<i>running on real ranks...</i>"
-        self.view.value = primitive_table(self.primitive.value, self.world_size.value)
+        try:
+            self.view.value = primitive_table(self.primitive.value, self.world_size.value)
+        except Exception as error:  # noqa: BLE001 - show it where the learner is looking
+            self.view.value = f"<pre style='color:#cf222e'>{html.escape(f'{type(error).__name__}: {error}')}</pre>"

@@ -58,3 +58,26 @@ def test_a_rank_that_raises_stops_the_run_with_its_traceback():
 def test_world_size_is_checked():
     with pytest.raises(ValueError, match="between 1 and 64"):
         run_on_ranks(sum_of_ranks, 0, 1.0)
+
+
+def chatty_while_the_other_waits():
+    if dist.get_rank() == 0:
+        while True:  # floods the caller with prints: the deadline must still be seen
+            print("still here")
+            time.sleep(0.005)
+    dist.all_reduce(torch.ones(1))
+
+
+def waits_on_an_isend():
+    peer = 1 - dist.get_rank()
+    dist.isend(torch.ones(8), peer).wait()  # both wait for a receive that nobody posts yet
+    dist.recv(torch.ones(8), peer)
+
+
+def test_timeouts_hold_for_chatty_ranks_and_name_async_waits():
+    started = time.monotonic()
+    with pytest.raises(CollectiveTimeout, match="rank 1: inside all_reduce"):
+        run_on_ranks(chatty_while_the_other_waits, 2, timeout_s=2, on_print=lambda rank, line: None)
+    assert time.monotonic() - started < 12
+    with pytest.raises(CollectiveTimeout, match="its last call \\(#1\\) was isend"):
+        run_on_ranks(waits_on_an_isend, 2, timeout_s=3)
