@@ -21,11 +21,6 @@ from course_lib.widgets.scheduler_stepper import record_run, scheduler_stepper
 matplotlib.use("Agg")
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    matplotlib.pyplot.close("all")
-
 
 @pytest.fixture(scope="module")
 def snapshots():

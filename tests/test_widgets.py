@@ -11,11 +11,6 @@ from course_lib.widgets.memory_plan import MemoryPlanExplorer
 matplotlib.use("Agg")
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    matplotlib.pyplot.close("all")
-
 
 def test_kv_calculator_follows_sliders_and_presets():
     calc = KVCalculator("Llama-3-8B")

@@ -10,11 +10,6 @@ from course_lib.widgets.ring_stepper import record_ring, ring_frames, ring_stepp
 matplotlib.use("Agg")
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    matplotlib.pyplot.close("all")
-
 
 def test_primitive_explorer_reruns_on_real_ranks():
     explorer = PrimitiveExplorer("broadcast", 2)
