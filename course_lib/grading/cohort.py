@@ -34,6 +34,7 @@ from typing import Callable
 import nbformat
 
 from course_lib.grading.grade import grade_command
+from course_lib.grading.gradebook import collect_quizzes, write_gradebook
 from course_lib.grading.restore import restore_locked_cells
 from course_lib.paths import REPO_ROOT
 
@@ -190,8 +191,6 @@ def _progress(done: int, total: int, grade: ExerciseGrade) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from course_lib.grading.gradebook import collect_quizzes, write_gradebook
-
     parser = argparse.ArgumentParser(prog="course grade-cohort", description=__doc__.splitlines()[0])
     parser.add_argument("submissions", type=Path, help="folder with one sub-folder of notebooks per learner")
     parser.add_argument("--out", type=Path, default=Path("gradebook"), help="where to write the gradebook")

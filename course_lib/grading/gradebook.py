@@ -16,9 +16,12 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from course_lib.grading.cohort import ExerciseGrade
 from course_lib.quiz.bank import load_bank
+
+if TYPE_CHECKING:  # cohort.py imports this module to write its results
+    from course_lib.grading.cohort import ExerciseGrade
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,19 @@ def prefix_hits(chains: list[list[bytes]]) -> list[int]:
     return hits
 
 
+def cached_prefix_blocks(chains: list[list[bytes]], prompt_lengths: list[int], block_size: int) -> list[int]:
+    """``prefix_hits`` as the engine counts them: the prompt's last token is always computed (its
+    logits are needed), so the block holding it is never a hit."""
+    return [min(hit, (length - 1) // block_size) for hit, length in zip(prefix_hits(chains), prompt_lengths)]
+
+
 def draw_hash_chains(ax, prompts: dict[str, list[int]], block_size: int,
                      cache_salts: dict[str, str | None] | None = None) -> list[int]:
     """One row per prompt (served in the given order), one box per block, labelled with the
     first hex digits of its hash. Returns each row's number of hit blocks."""
     cache_salts = cache_salts or {}
     chains = [hash_request_blocks(tokens, block_size, cache_salts.get(name)) for name, tokens in prompts.items()]
-    # the last prompt token is always computed (its logits are needed), so it is never a hit
-    hits = [min(hit, (len(tokens) - 1) // block_size) for hit, tokens in zip(prefix_hits(chains), prompts.values())]
+    hits = cached_prefix_blocks(chains, [len(tokens) for tokens in prompts.values()], block_size)
     palette = plt.get_cmap("tab20")
     colour_of: dict[bytes, tuple] = {}
     for row, ((name, tokens), chain, hit) in enumerate(zip(prompts.items(), chains, hits)):
