@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from course_lib.grading.execute import CHECK_MARK
+from course_lib.grading.execute import is_checked
 from course_lib.grading.exercise import make_exercise, strip_solution
 from course_lib.grading.grade import grade
 from course_lib.paths import REPO_ROOT
@@ -96,5 +96,6 @@ def test_lessons_are_committed_without_stale_outputs(lesson):
     book = json.loads(lesson.read_text())
     for cell in book["cells"]:
         if cell["cell_type"] == "code" and cell["outputs"]:
-            assert CHECK_MARK in "".join(cell["source"]), "only checked cells keep outputs; run --build"
+            assert is_checked(cell), "only cells tagged nbval-check-output keep outputs; run --build"
+        assert "NBVAL_" not in "".join(cell["source"]), "mark checked cells with a tag, not a comment learners see"
     assert "widgets" not in book["metadata"]

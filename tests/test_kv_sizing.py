@@ -20,7 +20,7 @@ from course_lib.perf.units import GiB, KiB, MiB, format_bytes
         ("Llama-3-8B", "fp16", 131072),  # 2*32*8*128*2
         ("Llama-3.1-70B", "bf16", 327680),  # 2*80*8*128*2
         ("Qwen2.5-7B", "bf16", 57344),  # 2*28*4*128*2
-        ("Mistral-7B", "fp16", 131072),
+        ("Mistral-7B-v0.3", "fp16", 131072),
         ("Llama-2-7B", "fp16", 524288),  # MHA: 2*32*32*128*2
         ("Falcon-7B", "bf16", 8192),  # MQA: 2*32*1*64*2
         ("Llama-3-8B", "fp8", 65536),

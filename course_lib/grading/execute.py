@@ -1,8 +1,9 @@
 """Run notebooks in a fresh kernel and store the outputs that grading compares.
 
 * Solutions keep every output: their check cells' outputs become the exercise's expected ones.
-* Lessons keep only the outputs of cells marked ``# NBVAL_CHECK_OUTPUT`` (deterministic
+* Lessons keep only the outputs of cells tagged ``nbval-check-output`` (deterministic
   figures that the test suite compares); everything else is committed without outputs.
+  A cell tag, not nbval's ``# NBVAL_CHECK_OUTPUT`` comment, so learners never see the marker.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+CHECK_TAG = "nbval-check-output"
+
+
+def is_checked(cell) -> bool:
+    """True for a code cell whose stored output the test suite compares."""
+    return cell.get("cell_type") == "code" and CHECK_TAG in cell.get("metadata", {}).get("tags", [])
 
 
 def execute(path: str | Path, keep_all_outputs: bool, timeout_s: int = 300) -> nbformat.NotebookNode:
@@ -23,7 +29,7 @@ def execute(path: str | Path, keep_all_outputs: bool, timeout_s: int = 300) -> n
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     for cell in book.cells:
         cell.metadata.pop("execution", None)  # timestamps would change on every rebuild
-        if cell.cell_type == "code" and not keep_all_outputs and CHECK_MARK not in cell.source:
+        if cell.cell_type == "code" and not keep_all_outputs and not is_checked(cell):
             cell.outputs, cell.execution_count = [], None
     book.metadata.pop("widgets", None)  # widget state is live-only; stale copies confuse front ends
     nbformat.write(book, path)

@@ -2,10 +2,12 @@
 
 Sources: NVIDIA's datasheets for the A100 (SXM), H100 (SXM), H200 (SXM), B200 (HGX) and L4;
 dense (not sparse) tensor-core peaks; fp8 is 0 where the chip has no fp8 tensor cores.
-Memory sizes are the marketed capacities read as GiB, which is what ``torch.cuda.mem_get_info``
-reports (to within the driver's reservation). NVLink is the per-GPU aggregate (0: none);
-PCIe is one direction of an x16 link (Gen4 ~32 GB/s, Gen5 ~64 GB/s); network is one NIC per
-GPU (HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s, XDR 800 Gb/s = 100 GB/s).
+Memory is what the driver reports (``nvidia-smi``, ``torch.cuda.mem_get_info``): the L4, sold
+as a 24 GB card, reports 23,034 MiB (22.5 GiB); for the others the marketed capacity read as
+GiB is within 1% of the driver's figure. NVLink is the per-GPU aggregate (0: none); PCIe is
+one direction of an x16 link (Gen4 ~32 GB/s, Gen5 ~64 GB/s); network is the scale-out NIC per
+GPU: HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s (ConnectX-7, in DGX/HGX H100, H200 and
+B200); 800 Gb/s (ConnectX-8) comes with the B300.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.checks import require_positive
-from course_lib.perf.units import GiB
+from course_lib.perf.units import GiB, MiB
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,12 @@ class GPU:
 GPUS: dict[str, GPU] = {
     gpu.name: gpu
     for gpu in (
-        GPU("L4-24GB", 24 * GiB, 300e9, 121e12, 242e12, 0, 32e9, 25e9),
+        GPU("L4-24GB", 23034 * MiB, 300e9, 121e12, 242e12, 0, 32e9, 25e9),
         GPU("A100-40GB", 40 * GiB, 1.555e12, 312e12, 0, 600e9, 32e9, 25e9),
         GPU("A100-80GB", 80 * GiB, 2.039e12, 312e12, 0, 600e9, 32e9, 25e9),
         GPU("H100-80GB", 80 * GiB, 3.35e12, 989e12, 1979e12, 900e9, 64e9, 50e9),
         GPU("H200-141GB", 141 * GiB, 4.8e12, 989e12, 1979e12, 900e9, 64e9, 50e9),
-        GPU("B200-180GB", 180 * GiB, 8e12, 2250e12, 4500e12, 1800e9, 64e9, 100e9),
+        GPU("B200-180GB", 180 * GiB, 8e12, 2250e12, 4500e12, 1800e9, 64e9, 50e9),
     )
 }
 

@@ -73,7 +73,7 @@ MODELS: dict[str, ModelSpec] = {
                   vocab_size=128256),
         ModelSpec("Qwen2.5-7B", 28, 28, 4, 128, 7.62e9, 131072, hidden_size=3584, intermediate_size=18944,
                   vocab_size=152064),
-        ModelSpec("Mistral-7B", 32, 32, 8, 128, 7.25e9, 32768, hidden_size=4096, intermediate_size=14336,
+        ModelSpec("Mistral-7B-v0.3", 32, 32, 8, 128, 7.25e9, 32768, hidden_size=4096, intermediate_size=14336,
                   vocab_size=32768),
         ModelSpec("Llama-2-7B", 32, 32, 32, 128, 6.74e9, 4096, hidden_size=4096, intermediate_size=11008,
                   vocab_size=32000),

@@ -1,0 +1,56 @@
+"""The learner's working copy: created from the course, refreshed without losing the learner's work."""
+
+import json
+
+from course_lib.workspace import MANIFEST, sources_hash, sync
+
+
+def _notebook(path, *sources, outputs=()):
+    cells = [{"cell_type": "code", "id": str(i), "metadata": {}, "source": s, "execution_count": None,
+              "outputs": list(outputs)} for i, s in enumerate(sources)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def _course(root, lesson="print(1)", exercise="raise NotImplementedError"):
+    _notebook(root / "notebooks" / "01_lesson.ipynb", lesson)
+    _notebook(root / "exercises" / "01_exercise.ipynb", exercise)
+
+
+def test_first_sync_copies_lessons_and_exercises(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    report = sync(work, course)
+    assert sorted(report) == ["added    exercises/01_exercise.ipynb", "added    notebooks/01_lesson.ipynb"]
+    assert (work / "notebooks" / "01_lesson.ipynb").read_text() == (course / "notebooks" / "01_lesson.ipynb").read_text()
+    assert (work / MANIFEST).exists()
+
+
+def test_refresh_updates_a_run_lesson_but_keeps_an_edited_exercise(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    sync(work, course)
+    # The learner runs the lesson (outputs only) and solves the exercise (an edited source).
+    _notebook(work / "notebooks" / "01_lesson.ipynb", "print(1)", outputs=[{"output_type": "stream", "name": "stdout",
+                                                                             "text": "1\n"}])
+    _notebook(work / "exercises" / "01_exercise.ipynb", "answer = 42")
+    _course(course, lesson="print(2)", exercise="raise NotImplementedError('new hint')")
+    assert sync(work, course) == [], "a plain sync only adds missing files"
+    report = sync(work, course, refresh=True)
+    assert sources_hash(work / "notebooks" / "01_lesson.ipynb") == sources_hash(course / "notebooks" / "01_lesson.ipynb")
+    assert "answer = 42" in (work / "exercises" / "01_exercise.ipynb").read_text()
+    beside = work / "exercises" / "01_exercise.updated.ipynb"
+    assert "new hint" in beside.read_text()
+    assert any(line.startswith("kept") for line in report) and any(line.startswith("updated") for line in report)
+
+
+def test_refresh_leaves_unchanged_and_learner_files_alone(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    sync(work, course)
+    mine = work / "notebooks" / "scratch.ipynb"
+    _notebook(mine, "x = 1")
+    assert sync(work, course, refresh=True) == []
+    assert mine.exists()
+    (work / "exercises" / "01_exercise.ipynb").unlink()
+    assert sync(work, course) == ["added    exercises/01_exercise.ipynb"]
