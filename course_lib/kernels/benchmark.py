@@ -20,14 +20,14 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.paths import REPO_ROOT
+from course_lib.perf.attention_roofline import BATCHES, CONTEXTS, SHAPE, decode_attention_bytes
 from course_lib.perf.hardware import match_gpu
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-BATCHES = (1, 8, 32, 64, 128)
-CONTEXTS = (512, 1024, 4096, 16384)
 
 
-def measure(batch: int, context: int, heads: int = 32, kv_heads: int = 8, dim: int = 128, block_size: int = 16,
+def measure(batch: int, context: int, heads: int = SHAPE["heads"], kv_heads: int = SHAPE["kv_heads"],
+            dim: int = SHAPE["head_dim"], block_size: int = SHAPE["block_size"],
             dtype: torch.dtype = torch.bfloat16) -> dict:
     import triton.testing
 
@@ -46,7 +46,7 @@ def measure(batch: int, context: int, heads: int = 32, kv_heads: int = 8, dim: i
     v = v_cache[tables.long()].flatten(1, 2).transpose(1, 2).contiguous()
     sdpa_ms = triton.testing.do_bench(
         lambda: F.scaled_dot_product_attention(q.unsqueeze(2), k, v, scale=scale, enable_gqa=True))
-    bytes_read = 2 * batch * context * kv_heads * dim * k_cache.element_size() + 2 * q.numel() * q.element_size()
+    bytes_read = decode_attention_bytes(batch, context, heads, kv_heads, dim, k_cache.element_size())
     return {"batch": batch, "context": context, "paged_ms": paged_ms, "sdpa_ms": sdpa_ms,
             "paged_gb_per_s": bytes_read / paged_ms / 1e6, "sdpa_gb_per_s": bytes_read / sdpa_ms / 1e6}
 
@@ -74,8 +74,7 @@ def main() -> None:
                   flush=True)
     out = args.out or RESULTS / f"decode_attention_{(preset.name if preset else name).replace(' ', '_')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": name, "peak_hbm_bytes_per_s": peak, "dtype": "bfloat16", "heads": 32,
-                               "kv_heads": 8, "head_dim": 128, "block_size": 16, "rows": rows}, indent=2))
+    out.write_text(json.dumps({"device": name, "peak_hbm_bytes_per_s": peak, **SHAPE, "rows": rows}, indent=2))
     print("wrote", out)
 
 

@@ -7,7 +7,8 @@ as a 24 GB card, reports 23,034 MiB (22.5 GiB); for the others the marketed capa
 GiB is within 1% of the driver's figure. NVLink is the per-GPU aggregate (0: none); PCIe is
 one direction of an x16 link (Gen4 ~32 GB/s, Gen5 ~64 GB/s); network is the scale-out NIC per
 GPU: HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s (ConnectX-7, in DGX/HGX H100, H200 and
-B200); 800 Gb/s (ConnectX-8) comes with the B300.
+B200); 800 Gb/s (ConnectX-8) comes with the B300. SM counts: L4 58, A100 108, H100/H200 SXM 132,
+B200 148.
 """
 
 from __future__ import annotations
@@ -30,21 +31,22 @@ class GPU:
     nvlink_bandwidth: float  # bytes per second per GPU; 0 when there is no NVLink
     pcie_bandwidth: float  # bytes per second, one direction
     network_bandwidth: float  # bytes per second per GPU
+    sm_count: int  # streaming multiprocessors: how many kernel programs run at once, at least
 
     def __post_init__(self) -> None:
-        for field in ("memory_bytes", "hbm_bandwidth", "bf16_flops", "pcie_bandwidth", "network_bandwidth"):
+        for field in ("memory_bytes", "hbm_bandwidth", "bf16_flops", "pcie_bandwidth", "network_bandwidth", "sm_count"):
             require_positive(f"GPU.{field}", getattr(self, field))
 
 
 GPUS: dict[str, GPU] = {
     gpu.name: gpu
     for gpu in (
-        GPU("L4-24GB", 23034 * MiB, 300e9, 121e12, 242e12, 0, 32e9, 25e9),
-        GPU("A100-40GB", 40 * GiB, 1.555e12, 312e12, 0, 600e9, 32e9, 25e9),
-        GPU("A100-80GB", 80 * GiB, 2.039e12, 312e12, 0, 600e9, 32e9, 25e9),
-        GPU("H100-80GB", 80 * GiB, 3.35e12, 989e12, 1979e12, 900e9, 64e9, 50e9),
-        GPU("H200-141GB", 141 * GiB, 4.8e12, 989e12, 1979e12, 900e9, 64e9, 50e9),
-        GPU("B200-180GB", 180 * GiB, 8e12, 2250e12, 4500e12, 1800e9, 64e9, 50e9),
+        GPU("L4-24GB", 23034 * MiB, 300e9, 121e12, 242e12, 0, 32e9, 25e9, 58),
+        GPU("A100-40GB", 40 * GiB, 1.555e12, 312e12, 0, 600e9, 32e9, 25e9, 108),
+        GPU("A100-80GB", 80 * GiB, 2.039e12, 312e12, 0, 600e9, 32e9, 25e9, 108),
+        GPU("H100-80GB", 80 * GiB, 3.35e12, 989e12, 1979e12, 900e9, 64e9, 50e9, 132),
+        GPU("H200-141GB", 141 * GiB, 4.8e12, 989e12, 1979e12, 900e9, 64e9, 50e9, 132),
+        GPU("B200-180GB", 180 * GiB, 8e12, 2250e12, 4500e12, 1800e9, 64e9, 50e9, 148),
     )
 }
 

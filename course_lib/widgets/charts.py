@@ -39,17 +39,23 @@ def plot_sharing_savings(prompt_lens: list[int], output_len: int, max_samples: i
 
 def plot_decode_bandwidth(results: dict):
     """Share of peak HBM bandwidth reached by the paged decode kernel (and SDPA on contiguous KV),
-    from a ``course_lib.kernels.benchmark`` JSON file."""
+    from a ``course_lib.kernels.benchmark`` JSON file, or the roofline's prediction of it
+    (``course_lib.perf.attention_roofline``), which the title then says."""
     rows, peak = results["rows"], results["peak_hbm_bytes_per_s"]
+    predicted = results.get("predicted", False)
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for batch in sorted({r["batch"] for r in rows}):
         mine = [r for r in rows if r["batch"] == batch]
         line, = ax.plot([r["context"] for r in mine], [100 * r["paged_gb_per_s"] * 1e9 / peak for r in mine],
-                        marker="o", label=f"paged Triton, batch {batch}")
-        ax.plot([r["context"] for r in mine], [100 * r["sdpa_gb_per_s"] * 1e9 / peak for r in mine],
-                ls="--", color=line.get_color(), alpha=0.6)
-    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="achieved HBM bandwidth (% of peak)",
-           title=f"Decode attention on {results['device']} (dashed: SDPA on contiguous KV)", ylim=(0, 100))
+                        marker="o", ls=":" if predicted else "-",
+                        label=f"{'predicted' if predicted else 'paged Triton'}, batch {batch}")
+        if not predicted:
+            ax.plot([r["context"] for r in mine], [100 * r["sdpa_gb_per_s"] * 1e9 / peak for r in mine],
+                    ls="--", color=line.get_color(), alpha=0.6)
+    title = (f"PREDICTED by the roofline model (not measured): decode attention on {results['device']}" if predicted
+             else f"Decode attention on {results['device']} (dashed: SDPA on contiguous KV)")
+    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="HBM bandwidth (% of peak)", title=title,
+           ylim=(0, 105))
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig

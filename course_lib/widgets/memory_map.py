@@ -56,8 +56,13 @@ def draw_reserve_for_max(ax, pool: ReserveForMaxAllocator, rows: int = 8):
                        Patch(color="grey", alpha=HELD_ALPHA, label="reserved, empty"),
                        Patch(facecolor="white", edgecolor="#888888", label="free"),
                        Patch(facecolor="white", edgecolor=STRANDED, hatch="///", label="stranded gap")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=8, frameon=False)
+              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4, fontsize=9, frameon=False)
     return ax
+
+
+def _block_ticks(ax, count: int, every: int = 1) -> None:
+    """Whole-number block ticks under the middle of each drawn block (blocks span [i, i + 0.92])."""
+    ax.set_xticks([i + 0.46 for i in range(0, count, every)], [str(i) for i in range(0, count, every)])
 
 
 def draw_paged(ax, pool: PagedAllocator, columns: int = 32):
@@ -76,7 +81,9 @@ def draw_paged(ax, pool: PagedAllocator, columns: int = 32):
             ax.add_patch(Rectangle((col, y), 0.9, 0.9 * filled, facecolor=color, alpha=STORED_ALPHA, lw=0))
     ax.set_xlim(0, columns)
     ax.set_ylim(0, rows)
-    ax.set_yticks([rows - 1 - r + 0.45 for r in range(rows)], [str(r * columns) for r in range(rows)], fontsize=7)
+    labelled = range(0, rows, 1 if rows <= 10 else 2)  # readable labels: at most about 10
+    ax.set_yticks([rows - 1 - r + 0.45 for r in labelled], [str(r * columns) for r in labelled], fontsize=9)
+    _block_ticks(ax, columns, every=4)
     ax.set_xlabel(f"block index within the row ({pool.block_size} tokens per block)")
     ax.set_ylabel("first block id of the row")
     ax.set_title("Paged: fixed blocks, on demand, anywhere in the pool")
@@ -95,9 +102,10 @@ def draw_block_tables(ax, tables: CopyOnWriteBlockTables):
             shared = tables.ref_counts[block] > 1
             ax.add_patch(Rectangle((col, y), 0.92, 0.85, facecolor="#ff9f40" if shared else "#5b9bd5",
                                    edgecolor="black", lw=1.8 if block in copied else 0.4))
-            ax.text(col + 0.46, y + 0.42, str(block), ha="center", va="center", fontsize=8,
+            ax.text(col + 0.46, y + 0.42, str(block), ha="center", va="center", fontsize=9,
                     fontweight="bold" if block in copied else "normal")
     ax.set_xlim(0, width)
+    _block_ticks(ax, width)
     ax.set_ylim(0, len(seqs))
     ax.set_yticks([len(seqs) - 1 - r + 0.42 for r in range(len(seqs))], seqs)
     ax.set_xlabel(f"logical block ({tables.block_size} tokens each); cell text = physical block id")
@@ -119,10 +127,11 @@ def draw_block_reads(ax, block_tables: list[list[int]], seq_lens: list[int], blo
             ax.text(block + 0.46, 0.45, str(step), ha="center", va="center", fontsize=9, color="black")
         ax.plot([], [], color=color, lw=6, label=f"program {seq}: sequence {seq}, {length} tokens")
     ax.set_xlim(0, num_blocks)
+    _block_ticks(ax, num_blocks)
     ax.set_ylim(-0.1, 1)
     ax.set_yticks([])
     ax.set_xlabel(f"physical block id ({block_size} tokens each); number = order the program reads it")
     ax.set_ylabel("KV pool")
     ax.set_title("What each decode program reads through its block table")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=3, fontsize=8, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=3, fontsize=9, frameon=False)
     return ax
