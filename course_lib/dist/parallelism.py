@@ -78,8 +78,9 @@ def tensor_parallel_mlp(tokens: int = 5, hidden: int = 16) -> float:
 
 
 def mixture_of_experts_dispatch(tokens_per_rank: int = 6) -> float:
-    """MoE: rank e holds expert e (it multiplies by e + 1). Tokens go to their expert's rank with
-    one all-to-all and come back with another; summing them instead would mix different tokens."""
+    """MoE: rank e holds expert e (it multiplies by e + 1). Three all-to-alls: the token counts
+    first (so each rank can size its receive buffer), then the tokens to their expert's rank
+    (dispatch), then the results back (combine). Summing instead would mix different tokens."""
     rank, world = dist.get_rank(), dist.get_world_size()
     tokens = _shared(world * tokens_per_rank, seed=6)[rank * tokens_per_rank:(rank + 1) * tokens_per_rank]
     expert = torch.randint(0, world, (tokens_per_rank,), generator=torch.Generator().manual_seed(7 + rank))
