@@ -71,18 +71,31 @@ def percentile(values: list[float], q: float) -> float:
 
 @dataclass
 class SimulationReport:
-    """Per-request timings (by tag) and per-step records of one simulated run."""
+    """Per-request timings (by tag) and per-step records of one simulated run.
+
+    ``tokens_needed`` is what the run would compute with no preemption and no prefix-cache hit:
+    every prompt token and every output token but the last (it is sampled, never fed back).
+    ``tokens_computed`` exceeds it by the work recompute threw away, and falls below it by the
+    prefix-cache hits.
+    """
 
     steps: list[SimulatedStep]
     ttft: dict[str, list[float]] = field(default_factory=dict)  # tag -> TTFT of each request (s)
     itl: dict[str, list[float]] = field(default_factory=dict)  # tag -> every inter-token gap (s)
     output_tokens: int = 0
     preemptions: int = 0
+    max_preemptions_per_request: int = 0  # the most times one request was preempted
+    tokens_needed: int = 0
     prefix_hit_rate: float = 0.0
 
     @property
     def duration_s(self) -> float:
         return self.steps[-1].time_s if self.steps else 0.0
+
+    @property
+    def tokens_computed(self) -> int:
+        """Tokens the GPU ran through the model, over all steps."""
+        return sum(sum(step.scheduled.values()) for step in self.steps)
 
     @property
     def tokens_per_s(self) -> float:
@@ -169,6 +182,8 @@ class SimulatedEngine:
     def _report(self, steps, finished: list[Request], tags: dict[str, str]) -> SimulationReport:
         report = SimulationReport(steps, output_tokens=sum(len(r.output_token_ids) for r in finished),
                                   preemptions=self.scheduler.total_preemptions,
+                                  max_preemptions_per_request=max((r.num_preemptions for r in finished), default=0),
+                                  tokens_needed=sum(r.num_tokens - 1 for r in finished),
                                   prefix_hit_rate=self.kv.prefix_cache_stats.hit_rate)
         for request in finished:
             tag = tags[request.request_id]

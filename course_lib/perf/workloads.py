@@ -49,6 +49,25 @@ def poisson(num_requests: int, rate_per_s: float, mean_prompt: int = 512, mean_o
     return out
 
 
+def document_stream(num_requests: int = 30, rate_per_s: float = 1.0, prompt_len: tuple[int, int] = (4000, 7000),
+                    output_len: tuple[int, int] = (500, 1000), seed: int = 0) -> list[WorkloadRequest]:
+    """Long prompts (documents to summarise, retrieved passages) arriving as a Poisson stream at
+    ``rate_per_s``, each with a medium-length answer. Prompt and output lengths are uniform over the
+    inclusive ranges, so no request's context exceeds ``prompt_len[1] + output_len[1]``. Tag: 'document'."""
+    require_positive("num_requests", num_requests)
+    require_positive("rate_per_s", rate_per_s)
+    for name, (low, high) in (("prompt_len", prompt_len), ("output_len", output_len)):
+        if not 1 <= low <= high:
+            raise ValueError(f"{name} must be a (shortest, longest) pair with 1 <= shortest <= longest, "
+                             f"got {(low, high)!r}.")
+    rng = random.Random(seed)
+    now, out = 0.0, []
+    for _ in range(num_requests):
+        now += rng.expovariate(rate_per_s)
+        out.append(WorkloadRequest(now, _tokens(rng, rng.randint(*prompt_len)), rng.randint(*output_len), "document"))
+    return out
+
+
 def burst(num_requests: int, prompt_len: int = 512, output_len: int = 128, at: float = 0.0,
           seed: int = 0) -> list[WorkloadRequest]:
     """``num_requests`` identical-shape requests arriving together."""

@@ -14,6 +14,7 @@ from course_lib.perf.workloads import (
     WorkloadRequest,
     agent_sessions,
     document_among_chats,
+    document_stream,
     poisson,
 )
 
@@ -100,9 +101,58 @@ def test_agent_sessions_reuse_earlier_turns_through_the_prefix_cache():
                for caching in (True, False)}
     # later turns quote the whole earlier conversation, the model's answers included
     assert reports[True].prefix_hit_rate > 0.7 and reports[False].prefix_hit_rate == 0
+    # nothing is preempted: without caching the GPU computes exactly what is needed, with it less
+    assert reports[False].tokens_computed == reports[False].tokens_needed == reports[True].tokens_needed
+    assert reports[True].tokens_computed < reports[True].tokens_needed / 2
     assert sum(reports[True].ttft["turn 4"]) < sum(reports[False].ttft["turn 4"]) / 2
 
 
 def test_scripted_output_tokens_must_match_the_length():
     with pytest.raises(ValueError, match="make them agree"):
         WorkloadRequest(0.0, (1, 2), 3, output_token_ids=(5,))
+
+
+L4_SERVER = dict(max_model_len=8192, max_num_batched_tokens=2048, enable_prefix_caching=False)  # vllm serve's L4 budget
+
+
+def serve_on_l4(workload, **settings):
+    return SimulatedEngine(get_model("Llama-3.1-8B"), get_gpu("L4-24GB"), **{**L4_SERVER, **settings}).run(workload)
+
+
+def test_max_num_seqs_1024_with_short_chats_costs_tails_and_repeated_work_not_throughput():
+    """Each preemption throws away a few hundred tokens, cheap to prefill again, while the bigger
+    batch shares each step's weight reads among more decodes: more tokens per second, worse tails."""
+    chats = poisson(200, rate_per_s=50, mean_prompt=256, mean_output=512, seed=3)
+    many, safe = serve_on_l4(chats, max_num_seqs=1024), serve_on_l4(chats, max_num_seqs=32)
+    assert safe.preemptions == 0 and safe.tokens_computed == safe.tokens_needed
+    assert many.preemptions > 100 and many.tokens_computed > 1.2 * many.tokens_needed
+    assert many.max_preemptions_per_request < 20
+    assert many.tokens_per_s > 1.05 * safe.tokens_per_s
+    assert many.latency()["itl_p99_ms"] > 2 * safe.latency()["itl_p99_ms"]
+
+
+def test_max_num_seqs_1024_with_long_documents_collapses_throughput():
+    """V1 admits a waiting request when its next chunk fits, not its whole context. A preempted
+    document is re-admitted, prefills one budget-sized chunk, finds no room for the next and, being
+    the last running request, preempts itself: without prefix caching the chunk is lost, over and over
+    (the loop vLLM pull requests 21809 and 37307 describe)."""
+    documents = document_stream(30, rate_per_s=1, seed=3)
+    many, safe = serve_on_l4(documents, max_num_seqs=1024), serve_on_l4(documents, max_num_seqs=4)
+    assert safe.preemptions == 0 and safe.tokens_computed == safe.tokens_needed
+    assert many.max_preemptions_per_request > 50 and many.tokens_computed > 5 * many.tokens_needed
+    assert many.tokens_per_s < 0.7 * safe.tokens_per_s
+    # the loop needs both a context longer than the budget and nothing cached to come back to
+    for loop_breaker in (dict(enable_prefix_caching=True), dict(max_num_batched_tokens=8192)):
+        unbroken = serve_on_l4(documents, max_num_seqs=1024, **loop_breaker)
+        assert unbroken.max_preemptions_per_request < 10 and unbroken.tokens_per_s > safe.tokens_per_s
+
+
+def test_document_stream_lengths_stay_in_their_ranges():
+    documents = document_stream(50, rate_per_s=2, prompt_len=(100, 120), output_len=(5, 9), seed=1)
+    assert documents == document_stream(50, rate_per_s=2, prompt_len=(100, 120), output_len=(5, 9), seed=1)
+    assert all(100 <= len(r.prompt_token_ids) <= 120 and 5 <= r.output_len <= 9 and r.tag == "document"
+               for r in documents)
+    times = [r.arrival_time for r in documents]
+    assert times == sorted(times) and 15 < times[-1] < 40  # 50 arrivals at 2 per second
+    with pytest.raises(ValueError, match="shortest <= longest"):
+        document_stream(3, prompt_len=(10, 5))
