@@ -5,6 +5,9 @@ multi:         options, one or more correct; answer = set of option indices
 numeric:       answer, tolerance (relative), unit; answer = a number
 matching:      pairs (left, right); answer = {left: right}
 spot_the_bug:  code, bug_line (1-based), line_hints; answer = a line number
+
+Answers are always in the bank's terms (indices into the bank's options, right-hand texts), never
+in the shuffled order a learner is shown (``option_order``, ``choice_order``; see order.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from course_lib.quiz.fields import Fields
+from course_lib.quiz.order import display_order
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,12 @@ class _ChoiceQuestion(Question):
     @staticmethod
     def _problem_with(num_correct: int) -> str | None:
         raise NotImplementedError
+
+    def option_order(self, learner: str | None) -> list[int]:
+        """Bank indices of the options in the order ``learner`` sees them (bank order for None)."""
+        if learner is None:
+            return list(range(len(self.options)))
+        return display_order([o.text for o in self.options], self.id, learner)
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,10 @@ class Matching(Question):
         for i, item in enumerate(fields.get("pairs", list)):
             pair = Fields(item if isinstance(item, dict) else {}, f"{fields.where}, pair {i + 1}")
             pairs.append((pair.get("left", str), pair.get("right", str)))
+            stray = sorted(set(pair.data) - {"left", "right"}, key=str)
+            if stray:  # in {left: a, right: b, c} the text after a comma becomes a key of its own
+                raise pair.fail(f"unexpected field {stray[0]!r}; a pair has only 'left' and 'right' "
+                                "(quote a text that holds a comma).")
         if len(pairs) < 2:
             raise fields.fail("a matching question needs at least two pairs.")
         if len({left for left, _ in pairs}) != len(pairs):
@@ -189,8 +203,13 @@ class Matching(Question):
 
     @property
     def choices(self) -> list[str]:
-        """The right-hand items, in a stable order that does not give the pairing away."""
+        """The right-hand items, sorted, so their order does not give the pairing away."""
         return sorted({right for _, right in self.pairs})
+
+    def choice_order(self, learner: str | None) -> list[str]:
+        """The right-hand items in the order ``learner`` sees them (sorted for None)."""
+        choices = self.choices
+        return choices if learner is None else [choices[i] for i in display_order(choices, self.id, learner)]
 
     def check(self, answer: dict[str, str]) -> Feedback:
         expected = dict(self.pairs)

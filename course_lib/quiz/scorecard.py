@@ -22,14 +22,17 @@ class AnswerRecord:
 
 
 class Scorecard:
-    """Checks answers against a bank and records the latest one per question."""
+    """Checks answers against a bank and records the latest one per question.
 
-    def __init__(self, bank: QuizBank) -> None:
-        self.bank = bank
+    Answers are in the bank's terms (option indices into the bank's list, matching choices by
+    text), whatever order the learner was shown; ``learner`` names whose order that was."""
+
+    def __init__(self, bank: QuizBank, learner: str | None = None) -> None:
+        self.bank, self.learner = bank, learner
         self.records: dict[str, AnswerRecord] = {}
 
     def answer(self, question_id: str, answer: Any) -> Feedback:
-        """Check ``answer``, record it (counting attempts) and return the feedback."""
+        """Check ``answer`` (in the bank's terms), record it (counting attempts) and return the feedback."""
         feedback = self.bank.question(question_id).check(answer)
         previous = self.records.get(question_id)
         stored = sorted(answer) if isinstance(answer, (set, frozenset)) else answer
@@ -55,6 +58,7 @@ class Scorecard:
         return {
             "quiz": self.bank.source,
             "title": self.bank.title,
+            "learner": self.learner,
             "score": self.score,
             "total": self.total,
             "answers": [asdict(r) for r in self.records.values()],

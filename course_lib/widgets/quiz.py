@@ -2,16 +2,23 @@
 
 Each card exposes its controls (``control``, ``check_button``, ``feedback``, and for
 spot-the-bug ``line_buttons``) so tests and graders can drive it like a learner would.
+Options and matching choices are shown in the learner's own order (``card.order``, see
+``course_lib.quiz.order``); the controls' values, and so the scorecard, stay in the bank's terms.
+Inline `code` in a bank's text is shown as <code> wherever the front end renders HTML (prompts,
+feedback, checkboxes, matching items) and without its backticks in plain-text controls (radio
+options, drop-downs).
 """
 
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 import ipywidgets as w
 
 from course_lib.quiz.bank import QuizBank, load_bank
+from course_lib.quiz.order import learner_id
 from course_lib.quiz.questions import (
     Feedback,
     Matching,
@@ -29,35 +36,58 @@ _STYLE = w.HTML(
     "<style>.course-code-line{text-align:left!important;font-family:monospace!important;"
     "white-space:pre!important}</style>"
 )
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def as_html(text: str) -> str:
+    """``text`` escaped for HTML, with `code` spans as <code>. Safe for any text: escaping runs
+    first, and it leaves backticks alone, so only the <code> tags added here are markup."""
+    return _INLINE_CODE.sub(r"<code>\1</code>", html.escape(text))
+
+
+def as_plain(text: str) -> str:
+    """``text`` for controls that show plain text: `code` spans lose their backticks."""
+    return _INLINE_CODE.sub(r"\1", text)
 
 
 class QuestionCard(w.VBox):
-    """Prompt, answer control, check button and feedback for one question."""
+    """Prompt, answer control, check button and feedback for one question.
 
-    def __init__(self, number: int, question: Question, scorecard: Scorecard, on_answer) -> None:
-        self.question, self.scorecard, self._on_answer = question, scorecard, on_answer
+    ``order`` lists, for a single- or multiple-choice card, the bank index of each option in
+    the order shown (empty for other kinds)."""
+
+    def __init__(self, number: int, question: Question, scorecard: Scorecard, on_answer, learner: str) -> None:
+        self.question, self.scorecard, self._on_answer, self.learner = question, scorecard, on_answer, learner
         self.feedback = w.HTML()
         self.check_button = w.Button(description="Check", button_style="primary")
         self.check_button.on_click(lambda _: self.submit())
         self.line_buttons: list[w.Button] = []
+        self.order = question.option_order(learner) if isinstance(question, (SingleChoice, MultiSelect)) else []
         self.control = self._build_control()
-        prompt = w.HTML(f"<b>{number}. {html.escape(question.prompt)}</b>")
+        prompt = w.HTML(f"<b>{number}. {as_html(question.prompt)}</b>")
         buttons = [] if isinstance(question, SpotTheBug) else [self.check_button]
         super().__init__([prompt, self.control, *buttons, self.feedback], layout=w.Layout(margin="0 0 14px 0"))
 
     def _build_control(self) -> w.Widget:
         q = self.question
         if isinstance(q, SingleChoice):
-            return w.RadioButtons(options=[(o.text, i) for i, o in enumerate(q.options)], value=None,
+            return w.RadioButtons(options=[(as_plain(q.options[i].text), i) for i in self.order], value=None,
                                   layout=w.Layout(width="max-content"))
         if isinstance(q, MultiSelect):
-            return w.VBox([w.Checkbox(description=o.text, value=False, indent=False, layout=w.Layout(width="max-content")) for o in q.options])
+            return w.VBox([w.Checkbox(description=as_html(q.options[i].text), description_allow_html=True,
+                                      value=False, indent=False, layout=w.Layout(width="max-content"))
+                           for i in self.order])
         if isinstance(q, Numeric):
             return w.HBox([w.FloatText(value=0.0, layout=w.Layout(width="14em")), w.Label(q.unit)])
         if isinstance(q, Matching):
+            choices = [(UNCHOSEN, UNCHOSEN), *((as_plain(c), c) for c in q.choice_order(self.learner))]
+            # A drop-down shows one line and never wraps: size it to its longest choice (the
+            # select's own width at max-content), and let it move below the item when too narrow.
+            fit = w.Layout(width="max-content", max_width="100%")
             return w.VBox([
-                w.HBox([w.Label(left, layout=w.Layout(width="22em")),
-                        w.Dropdown(options=[UNCHOSEN, *q.choices], value=UNCHOSEN)])
+                w.HBox([w.HTML(as_html(left), layout=w.Layout(width="22em")),
+                        w.Dropdown(options=choices, value=UNCHOSEN, layout=fit)],
+                       layout=w.Layout(flex_flow="row wrap", align_items="center"))
                 for left, _ in q.pairs
             ])
         if isinstance(q, SpotTheBug):
@@ -71,12 +101,12 @@ class QuestionCard(w.VBox):
         raise TypeError(f"No card for question kind {q.kind!r}.")
 
     def current_answer(self):
-        """The answer the controls hold now, or None if the learner has not answered."""
+        """The answer the controls hold now, in the bank's terms, or None if there is none yet."""
         q, c = self.question, self.control
         if isinstance(q, SingleChoice):
             return c.value
         if isinstance(q, MultiSelect):
-            return {i for i, box in enumerate(c.children) if box.value}
+            return {i for i, box in zip(self.order, c.children) if box.value}
         if isinstance(q, Numeric):
             return c.children[0].value
         if isinstance(q, Matching):
@@ -92,29 +122,31 @@ class QuestionCard(w.VBox):
             return None
         feedback = self.scorecard.answer(self.question.id, answer)
         color, mark = ("#1a7f37", "✓") if feedback.correct else ("#cf222e", "✗")
-        self.feedback.value = f"<span style='color:{color}'>{mark} {html.escape(feedback.message)}</span>"
+        self.feedback.value = f"<span style='color:{color}'>{mark} {as_html(feedback.message)}</span>"
         self._on_answer()
         return feedback
 
 
 class QuizWidget(w.VBox):
-    """A whole bank as cards with a running score. ``scorecard`` holds the answers."""
+    """A whole bank as cards with a running score. ``scorecard`` holds the answers; ``learner``
+    (default: ``learner_id()``) fixes the order options are shown in."""
 
-    def __init__(self, bank: QuizBank) -> None:
+    def __init__(self, bank: QuizBank, learner: str | None = None) -> None:
         self.bank = bank
-        self.scorecard = Scorecard(bank)
+        self.learner = learner_id() if learner is None else learner
+        self.scorecard = Scorecard(bank, self.learner)
         self.score_label = w.HTML()
-        self.cards = {q.id: QuestionCard(n, q, self.scorecard, self._refresh)
+        self.cards = {q.id: QuestionCard(n, q, self.scorecard, self._refresh, self.learner)
                       for n, q in enumerate(bank.questions, start=1)}
         self._refresh()
-        super().__init__([w.HTML(f"<h3>{html.escape(bank.title)}</h3>"), *self.cards.values(), self.score_label])
+        super().__init__([w.HTML(f"<h3>{as_html(bank.title)}</h3>"), *self.cards.values(), self.score_label])
 
     def _refresh(self) -> None:
-        self.score_label.value = f"<b>Score:</b> {html.escape(self.scorecard.summary())}"
+        self.score_label.value = f"<b>Score:</b> {as_html(self.scorecard.summary())}"
 
     def as_text(self, show_answers: bool = False) -> str:
-        """The same quiz as plain text."""
-        return render_text(self.bank, show_answers)
+        """The same quiz as plain text, options in the order this learner sees them."""
+        return render_text(self.bank, show_answers, self.learner)
 
     def _repr_mimebundle_(self, **kwargs):
         """Widget view where a front end can show it; the quiz as text everywhere else."""
@@ -123,6 +155,7 @@ class QuizWidget(w.VBox):
         return bundle
 
 
-def show_quiz(name_or_path: str | Path) -> QuizWidget:
-    """Load ``quizzes/NAME.yaml`` (or a path) as an interactive quiz; display the result in a cell."""
-    return QuizWidget(load_bank(name_or_path))
+def show_quiz(name_or_path: str | Path, learner: str | None = None) -> QuizWidget:
+    """Load ``quizzes/NAME.yaml`` (or a path) as an interactive quiz; display the result in a cell.
+    ``learner`` defaults to ``$COURSE_LEARNER``, else the OS user name."""
+    return QuizWidget(load_bank(name_or_path), learner)
