@@ -39,5 +39,5 @@ def plot_slot_timeline(ax, scheduled_per_step: list[dict[str, int]], num_slots: 
               vmin=0, vmax=len(colors) - 1, origin="lower")
     idle = sum(r is None for row in grid for r in row) / max(1, len(grid) * num_slots)
     ax.set(xlabel="engine step", ylabel="batch slot", title=f"{title}: {len(grid)} steps, {idle:.0%} of slot-steps idle")
-    ax.set_yticks(range(num_slots))
+    ax.set_yticks(range(0, num_slots, max(1, num_slots // 8)))  # at most about 8 labels
     return idle

@@ -1,0 +1,70 @@
+"""Module 03's hash-chain explorer: edit a prompt, see which blocks still hit, as the engine would."""
+
+import matplotlib
+import pytest
+
+from course_lib.engine.llm import LLM
+from course_lib.engine.sampling_params import SamplingParams
+from course_lib.widgets.hash_chain_explorer import HashChainExplorer
+
+matplotlib.use("Agg")
+
+SYSTEM = ("You are a helpful assistant for the ACME store. Answer briefly and cite the order number. "
+          "Today is 2026-11-30. ")
+REFERENCES = {"user 1": SYSTEM + "Where is my order 1234?", "user 2": SYSTEM + "Can I return a jacket?"}
+EDITS = [
+    SYSTEM + "Can I return a hat?",  # new question: the system prompt's blocks hit
+    SYSTEM.replace("2026-11-30", "2026-12-01") + "Can I return a jacket?",  # one early edit breaks the chain there
+    "Hi! " + SYSTEM + "Where is my order 1234?",  # a prefix shifts every block: nothing hits
+    REFERENCES["user 2"],  # identical: every full block hits, the tail is computed
+    SYSTEM[:111],  # 112 tokens with BOS: the last full block holds the last token, so it is recomputed
+]
+
+
+def engine_cached_tokens(prompt, block_size, salt=None, reference_salt=None):
+    """``num_cached_tokens`` of ``prompt`` on a fresh tiny engine, served after the references."""
+    llm = LLM("tiny-llama", block_size=block_size, max_model_len=256, num_gpu_blocks=64 * 16 // block_size)
+    greedy = SamplingParams(temperature=0, max_tokens=4)
+    for text in REFERENCES.values():
+        llm.generate(text, greedy, cache_salt=reference_salt)
+    return llm.generate(prompt, greedy, cache_salt=salt)[0].num_cached_tokens
+
+
+@pytest.mark.parametrize("block_size", [16, 8])
+def test_edited_prompts_hit_what_the_engine_hits(block_size):
+    explorer = HashChainExplorer(REFERENCES, "", block_size=block_size)
+    seen = set()
+    for text in EDITS:
+        explorer.prompt.value = text
+        assert explorer.hit_tokens == engine_cached_tokens(text, block_size), text
+        assert f"{explorer.hit_blocks} of {(len(text) + 1) // block_size} full blocks hit" in explorer.readout.value
+        seen.add(explorer.hit_blocks)
+    assert len(seen) >= 4  # the edits really differ
+
+
+def test_cache_salt_isolates_and_a_matching_salt_shares():
+    explorer = HashChainExplorer(REFERENCES, EDITS[0], reference_salt="tenant-a")
+    assert explorer.hit_blocks == 0 and "no salt and the references use cache_salt" in explorer.readout.value
+    explorer.cache_salt.value = "tenant-a"
+    assert "no block can match" not in explorer.readout.value
+    assert explorer.hit_tokens == engine_cached_tokens(EDITS[0], 16, "tenant-a", "tenant-a") == 112
+    explorer.cache_salt.value = "tenant-b"
+    assert explorer.hit_tokens == engine_cached_tokens(EDITS[0], 16, "tenant-b", "tenant-a") == 0
+
+
+def test_readout_names_the_first_missing_block_and_the_figure_follows_edits():
+    explorer = HashChainExplorer(REFERENCES, EDITS[1], block_size=16)
+    assert "first miss: block 6, <code> is 2026-12-01. </code>" in explorer.readout.value
+    explorer.prompt.value = EDITS[4]
+    assert "first miss: block 6" in explorer.readout.value and "always computed" in explorer.readout.value
+    explorer.prompt.value = EDITS[4][:-1] + "Z"  # same length, but the last block really differs
+    assert "first miss: block 6" in explorer.readout.value and "always computed" not in explorer.readout.value
+    explorer.prompt.value = REFERENCES["user 2"]
+    assert "8 of 8 full blocks hit (128 of 134 prompt tokens)" in explorer.readout.value
+    assert "partial block, which is never cached" in explorer.readout.value
+    explorer.block_size.value = 32
+    assert "4 of 4 full blocks hit (128 of 134" in explorer.readout.value
+    ax = explorer.draw().axes[0]
+    assert ax.get_title() and "32 tokens per block" in ax.get_xlabel() and ax.get_ylabel()
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0].startswith("user 1") and labels[-1] == "your prompt\n4/4 blocks hit"
