@@ -13,11 +13,13 @@ NOTEBOOKS = sorted(p for folder in ("notebooks", "exercises", "solutions") for p
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_markdown_never_says_seeds(notebook):
+def test_notebooks_never_say_seeds(notebook):
+    """Markdown, code and printed output alike: learners read all three."""
     for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
-        if cell["cell_type"] == "markdown":
-            text = "".join(cell["source"])
-            assert not INTERNAL_WORD.search(text), f"{notebook.name}: {INTERNAL_WORD.search(text).group(0)!r} in {text[:120]!r}"
+        texts = ["".join(cell["source"])] + ["".join(o.get("text", "")) for o in cell.get("outputs", [])]
+        for text in texts:
+            match = INTERNAL_WORD.search(text)
+            assert not match, f"{notebook.name}: {match.group(0)!r} in {text[:120]!r}"
 
 
 @pytest.mark.parametrize("bank", sorted((REPO_ROOT / "quizzes").glob("*.yaml")), ids=lambda p: p.name)
