@@ -53,13 +53,13 @@ def draw_hash_chains(ax, prompts: dict[str, list[int]], block_size: int,
             colour = colour_of.setdefault(block_hash, palette(len(colour_of) % 20))
             ax.add_patch(Rectangle((index, y + 0.1), 0.92, 0.8, facecolor=colour,
                                    edgecolor="black", lw=2.5 if index < hit else 0.5))
-            ax.text(index + 0.46, y + 0.5, block_hash.hex()[:4], ha="center", va="center", fontsize=7)
+            ax.text(index + 0.46, y + 0.5, block_hash.hex()[:4], ha="center", va="center", fontsize=9)
         if len(tokens) % block_size:  # the partial tail block: never hashed, never cached
             ax.add_patch(Rectangle((len(chain), y + 0.1), 0.92 * (len(tokens) % block_size) / block_size, 0.8,
                                    facecolor="white", edgecolor="grey", hatch="//", lw=0.5))
         labels.append(f"{name}\n{hit}/{len(chain)} blocks hit" if row else f"{name}\n(fills the cache)")
     width = max(len(tokens) for tokens in prompts.values()) / block_size + 1
-    ax.set_yticks([len(prompts) - 0.5 - row for row in range(len(prompts))], labels, fontsize=8)
+    ax.set_yticks([len(prompts) - 0.5 - row for row in range(len(prompts))], labels, fontsize=9)
     ax.tick_params(axis="y", length=0)
     ax.set(xlim=(-0.1, width), ylim=(0, len(prompts)), ylabel="request (served top to bottom)",
            xlabel=f"block index ({block_size} tokens per block; thick edge: prefix-cache hit; hatched: partial block)")
