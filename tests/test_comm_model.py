@@ -8,6 +8,7 @@ from course_lib.perf.comm import (
     DOUBLE_BINARY_TREE,
     LINKS,
     RING,
+    TREE_CHUNK_BYTES,
     crossover_bytes,
 )
 
@@ -47,3 +48,64 @@ def test_one_rank_costs_nothing_and_bad_inputs_explain_themselves():
         RING.time(4, -1, ALPHA, BETA)
     with pytest.raises(ValueError, match="num_ranks"):
         RING.time(0, 1, ALPHA, BETA)
+
+
+IB = LINKS["InfiniBand NDR 400 Gb/s (across nodes)"]
+NVLINK = LINKS["NVLink 4 (H100, within a node)"]
+
+
+def _fastest(num_ranks, num_bytes, link, chunk_bytes=TREE_CHUNK_BYTES):
+    return min(ALGORITHMS.values(), key=lambda c: c.time(num_ranks, num_bytes, link.alpha_s, link.beta, chunk_bytes)).name
+
+
+@pytest.mark.parametrize("num_ranks, num_bytes, link, winner", [
+    (512, 4096, IB, "double binary tree"),  # latency-bound: 18 hops beat 1,022
+    (512, 2**30, IB, "ring"),  # bandwidth-bound, even on 512 ranks, once the trees pay for their pipeline
+    (8, 2**30, NVLINK, "ring"),
+    (8, 4096, NVLINK, "double binary tree"),
+])
+def test_pipelined_trees_win_small_messages_and_lose_large_ones(num_ranks, num_bytes, link, winner):
+    assert _fastest(num_ranks, num_bytes, link) == winner
+
+
+def test_the_whiteboard_formulas_call_the_double_binary_tree_fastest_at_any_size_on_512_ranks():
+    assert _fastest(512, 2**32, IB, chunk_bytes=None) == "double binary tree"
+
+
+def test_pipelining_costs_one_alpha_per_chunk_after_the_first():
+    chunk = TREE_CHUNK_BYTES
+    # up to one chunk per tree: the whiteboard formula
+    for cost in ALGORITHMS.values():
+        size = max(cost.trees, 1) * chunk
+        assert cost.time(512, size, ALPHA, BETA, chunk) == pytest.approx(cost.time(512, size, ALPHA, BETA))
+    # 1 GiB in two trees of 128 KiB chunks: 4,096 chunks a tree, 18 levels to fill the pipeline
+    assert DOUBLE_BINARY_TREE.time(512, 2**30, ALPHA, BETA, chunk) == pytest.approx(
+        (18 + 4096 - 1) * ALPHA + 2 * 2**30 * BETA)
+    assert BINARY_TREE.time(512, 2**30, ALPHA, BETA, chunk) == pytest.approx((18 + 8192 - 1) * ALPHA + 4 * 2**30 * BETA)
+    assert RING.time(512, 2**30, ALPHA, BETA, chunk) == RING.time(512, 2**30, ALPHA, BETA)  # its pieces stream
+    times = [DOUBLE_BINARY_TREE.time(64, size, ALPHA, BETA, chunk) for size in range(0, 8 * chunk, chunk // 4)]
+    assert times == sorted(times)
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        BINARY_TREE.time(4, 1e6, ALPHA, BETA, chunk_bytes=0)
+
+
+@pytest.mark.parametrize("tree", [BINARY_TREE, DOUBLE_BINARY_TREE])
+@pytest.mark.parametrize("num_ranks, link", [(8, NVLINK), (512, IB), (64, IB)])
+def test_pipelined_crossover_is_where_both_cost_the_same(tree, num_ranks, link):
+    size = crossover_bytes(tree, RING, num_ranks, link.alpha_s, link.beta, TREE_CHUNK_BYTES)
+    assert tree.time(num_ranks, size, link.alpha_s, link.beta, TREE_CHUNK_BYTES) == pytest.approx(
+        RING.time(num_ranks, size, link.alpha_s, link.beta))
+    below, above = (tree.time(num_ranks, k, link.alpha_s, link.beta, TREE_CHUNK_BYTES) - RING.time(
+        num_ranks, k, link.alpha_s, link.beta) for k in (size * 0.9, size * 1.1))
+    assert below < 0 < above
+
+
+def test_pipelined_crossover_of_the_double_binary_tree_by_hand():
+    # past one chunk a tree: 1,022 - (18 - 1) = 1,005 more alphas for the ring; per byte the tree pays
+    # alpha / 256 KiB for its chunks and (2 - 2 x 511/512) beta more bandwidth
+    size = crossover_bytes(DOUBLE_BINARY_TREE, RING, 512, IB.alpha_s, IB.beta, TREE_CHUNK_BYTES)
+    per_byte = IB.alpha_s / (2 * TREE_CHUNK_BYTES) + (2 - 2 * 511 / 512) * IB.beta
+    assert size == pytest.approx(1005 * IB.alpha_s / per_byte)
+    assert 200 * 2**20 < size < 300 * 2**20
+    assert crossover_bytes(DOUBLE_BINARY_TREE, RING, 2, ALPHA, BETA, TREE_CHUNK_BYTES) is None  # never faster
+    assert crossover_bytes(RING, DOUBLE_BINARY_TREE, 1, ALPHA, BETA) is None

@@ -1,11 +1,18 @@
 """The lesson widgets (explorers, charts, timelines), driven the way a learner drives them."""
 
+import threading
+
 import matplotlib
+import matplotlib.pyplot as plt
 import pytest
 
+from course_lib.perf.kv import kv_bytes_per_token
+from course_lib.perf.models import MODELS
+from course_lib.perf.units import GiB
 from course_lib.widgets.allocator_explorer import AllocatorExplorer
 from course_lib.widgets.cow_explorer import CopyOnWriteExplorer
-from course_lib.widgets.kv_calculator import KVCalculator
+from course_lib.widgets.figure_pane import FigurePane, render_png
+from course_lib.widgets.kv_calculator import CONTEXTS, KVCalculator
 from course_lib.widgets.memory_plan import MemoryPlanExplorer
 
 matplotlib.use("Agg")
@@ -23,6 +30,59 @@ def test_kv_calculator_follows_sliders_and_presets():
     assert calc.layers.value == 80 and calc.kv_heads.value == 8
     fig = calc.draw()
     assert fig.axes[0].get_title() and "GiB" in fig.axes[0].get_ylabel() and "tokens" in fig.axes[0].get_xlabel()
+
+
+@pytest.mark.parametrize("preset, kinds, choices", [
+    ("Llama-3.1-70B", ["MHA, 64 KV heads", "GQA, 8 KV heads", "MQA, 1 KV head"], (1, 2, 4, 8, 16, 32, 64)),
+    ("Qwen2.5-7B", ["MHA, 28 KV heads", "GQA, 4 KV heads", "MQA, 1 KV head"], (1, 2, 4, 7, 14, 28)),
+    ("Llama-2-7B", ["MHA, 32 KV heads", "GQA, 8 KV heads", "MQA, 1 KV head"], (1, 2, 4, 8, 16, 32)),
+    ("Falcon-7B", ["MHA, 71 KV heads", "MQA, 1 KV head"], (1, 71)),  # 71 is prime: no GQA in between
+])
+def test_kv_calculator_compares_attention_kinds_on_the_presets_own_heads(preset, kinds, choices):
+    calc = KVCalculator("Llama-3-8B")
+    calc.preset.value = preset
+    assert calc.kv_heads.options == choices and calc.kv_heads.value == MODELS[preset].num_kv_heads
+    layers, head_dim = calc.layers.value, calc.head_dim.value
+    lines = calc.draw().axes[0].get_lines()
+    assert [line.get_label() for line in lines[:len(kinds)]] == kinds
+    assert lines[len(kinds)].get_label() == f"chosen: {calc.kv_heads.value} KV heads"
+    mha = kv_bytes_per_token(layers, choices[-1], head_dim, 2) * 8192 * calc.batch.value / GiB
+    assert lines[0].get_ydata()[CONTEXTS.index(8192)] == pytest.approx(mha)
+    calc.layers.value = 8  # the curves follow the sliders, the heads stay the preset's
+    assert [line.get_label() for line in calc.draw().axes[0].get_lines()[:len(kinds)]] == kinds
+
+
+def test_figure_pane_holds_a_png_and_closes_pyplot_figures():
+    pane = FigurePane()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    pane.show(fig)
+    assert bytes(pane.value).startswith(b"\x89PNG") and not plt.get_fignums()
+    calc = KVCalculator("Llama-3-8B")
+    before = calc.figure.value
+    calc.preset.value = "Falcon-7B"
+    assert calc.figure.value != before and not plt.get_fignums()  # redrawn in place, never through pyplot
+
+
+def test_figure_pane_redraws_safely_from_several_threads():
+    calc = KVCalculator("Llama-3-8B")
+    errors = []
+
+    def drag(values):
+        try:
+            for batch in values:
+                calc.batch.value = batch
+        except Exception as error:  # noqa: BLE001 - the test reports whatever a thread raised
+            errors.append(error)
+
+    threads = [threading.Thread(target=drag, args=(range(start, 40, 3),)) for start in (1, 2, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    calc.batch.value = 7  # whatever order the threads finished in, the picture follows the last change
+    assert calc.figure.value == render_png(calc.draw())
 
 
 def test_memory_plan_explains_the_startup_bug_and_its_fixes():

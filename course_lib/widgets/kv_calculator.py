@@ -3,51 +3,89 @@
 from __future__ import annotations
 
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from course_lib.perf.kv import DTYPE_BYTES, kv_bytes_per_token
-from course_lib.perf.models import MODELS
+from course_lib.perf.models import MODELS, ModelSpec
 from course_lib.perf.units import GiB, format_bytes
-from course_lib.widgets.figure_pane import FigurePane
+from course_lib.widgets.figure_pane import DRAW_LOCK, FigurePane, new_figure
 
 CONTEXTS = [2**k for k in range(9, 18)]  # 512 .. 131072 tokens
 
 
+def kv_head_choices(num_heads: int) -> list[int]:
+    """The KV-head counts a model with ``num_heads`` query heads can have: the divisors of
+    ``num_heads`` (each KV head serves an equal group of query heads), from 1 (MQA) to
+    ``num_heads`` (MHA)."""
+    return [n for n in range(1, num_heads + 1) if num_heads % n == 0]
+
+
+def attention_kinds(spec: ModelSpec) -> list[tuple[str, int]]:
+    """(label, KV heads) for MHA, GQA and MQA on this model's query heads: MHA has one KV head
+    per query head, GQA the model's own KV heads when it is a GQA model, else the valid count
+    nearest 8 (none when no count lies strictly between 1 and the query heads, e.g. 71), MQA one."""
+    heads = spec.num_heads
+    inner = [n for n in kv_head_choices(heads) if 1 < n < heads]
+    kinds = [(f"MHA, {heads} KV heads", heads)]
+    if inner:
+        gqa = spec.num_kv_heads if spec.num_kv_heads in inner else min(inner, key=lambda n: (abs(n - 8), n))
+        kinds.append((f"GQA, {gqa} KV heads", gqa))
+    return kinds + [("MQA, 1 KV head", 1)]
+
+
 class KVCalculator(w.VBox):
-    """bytes/token = 2 x layers x KV heads x head dim x dtype bytes, times context and batch."""
+    """bytes/token = 2 x layers x KV heads x head dim x dtype bytes, times context and batch.
+
+    Invariant: the KV-heads slider only offers counts that divide the preset's query heads
+    (at most one KV head per query head); the curves compare MHA, GQA and MQA on the preset's
+    query heads with the current layers, head dim and dtype.
+    """
 
     def __init__(self, preset: str = "Llama-3-8B") -> None:
         self.preset = w.Dropdown(options=list(MODELS), value=preset, description="preset")
         self.layers = w.IntSlider(description="layers", min=1, max=128)
-        self.kv_heads = w.IntSlider(description="KV heads", min=1, max=128)
+        self.kv_heads = w.SelectionSlider(description="KV heads", options=[1])
         self.head_dim = w.Dropdown(description="head dim", options=[64, 80, 96, 128, 256])
         self.dtype = w.Dropdown(description="dtype", options=list(DTYPE_BYTES), value="fp16")
         self.context = w.SelectionSlider(description="context", options=CONTEXTS, value=8192)
         self.batch = w.IntSlider(description="batch", min=1, max=256, value=16)
         self.readout = w.HTML()
         self.figure = FigurePane()
-        self.preset.observe(lambda _: self.load_preset(), "value")
+        self._loading = False
         self.load_preset()
+        self.preset.observe(lambda _: self.load_preset(), "value")
         for control in (self.layers, self.kv_heads, self.head_dim, self.dtype, self.context, self.batch):
             control.observe(lambda _: self.refresh(), "value")
-        self.refresh()
         controls = w.VBox([self.preset, self.layers, self.kv_heads, self.head_dim, self.dtype, self.context, self.batch])
         super().__init__([w.HBox([controls, self.readout]), self.figure])
 
+    @property
+    def spec(self) -> ModelSpec:
+        return MODELS[self.preset.value]
+
     def load_preset(self) -> None:
-        spec = MODELS[self.preset.value]
-        with self.hold_trait_notifications():
-            self.layers.value, self.kv_heads.value = spec.num_layers, spec.num_kv_heads
-            self.head_dim.value = spec.head_dim
-        self.refresh()
+        """Set every slider from the preset, then redraw once."""
+        spec = self.spec
+        with DRAW_LOCK:  # a redraw from another thread waits until every slider is set
+            self._loading = True
+            try:
+                self.kv_heads.options = kv_head_choices(spec.num_heads)
+                self.layers.value, self.kv_heads.value = spec.num_layers, spec.num_kv_heads
+                self.head_dim.value = spec.head_dim
+            finally:
+                self._loading = False
+            self.refresh()
 
     def per_token(self, kv_heads: int | None = None) -> float:
         heads = self.kv_heads.value if kv_heads is None else kv_heads
         return kv_bytes_per_token(self.layers.value, heads, self.head_dim.value, DTYPE_BYTES[self.dtype.value])
 
     def refresh(self) -> None:
-        if not hasattr(self, "figure"):
-            return  # still building
+        with DRAW_LOCK:
+            if not self._loading:
+                self.figure.redraw(self.draw)
+
+    def draw(self):
+        """Update the readout; return KV per batch against context for MHA, GQA, MQA and the chosen KV heads."""
         token = self.per_token()
         seq, batch = token * self.context.value, token * self.context.value * self.batch.value
         self.readout.value = (
@@ -56,20 +94,16 @@ class KVCalculator(w.VBox):
             f"{format_bytes(token)} per token</b><br>x {self.context.value:,} tokens = <b>{format_bytes(seq)}"
             f" per sequence</b><br>x {self.batch.value} sequences = <b>{format_bytes(batch)} per batch</b></div>"
         )
-        self.figure.show(self.draw())
-
-    def draw(self):
-        """KV per batch against context for this model's shape with 1, 8, 32 and the chosen KV heads."""
-        fig, ax = plt.subplots(figsize=(7.5, 3.6))
-        batch = self.batch.value
-        for heads, label in ((32, "MHA, 32 KV heads"), (8, "GQA, 8 KV heads"), (1, "MQA, 1 KV head")):
-            ax.plot(CONTEXTS, [self.per_token(heads) * c * batch / GiB for c in CONTEXTS], label=label, lw=1.2)
-        ax.plot(CONTEXTS, [self.per_token() * c * batch / GiB for c in CONTEXTS], "k--", lw=2,
+        fig = new_figure(7.5, 3.6)
+        ax = fig.subplots()
+        for label, heads in attention_kinds(self.spec):
+            ax.plot(CONTEXTS, [self.per_token(heads) * c * self.batch.value / GiB for c in CONTEXTS], label=label, lw=1.2)
+        ax.plot(CONTEXTS, [token * c * self.batch.value / GiB for c in CONTEXTS], "k--", lw=2,
                 label=f"chosen: {self.kv_heads.value} KV heads")
         ax.axhline(80, color="grey", lw=0.8)
         ax.text(CONTEXTS[0], 85, "80 GiB: one H100", fontsize=8, color="grey")
         ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="KV cache for the batch (GiB)",
-               title=f"KV cache of {batch} sequences vs context length")
+               title=f"KV cache of {self.batch.value} sequences vs context length ({self.spec.num_heads} query heads)")
         ax.legend(fontsize=8)
         fig.tight_layout()
         return fig

@@ -1,14 +1,15 @@
 """Modules 05 and 06 widgets: primitives on real ranks, the ring stepper, the crossover explorer."""
 
 import matplotlib
+import matplotlib.pyplot as plt
 import pytest
 
+from course_lib.perf.comm import LINKS, TREE_CHUNK_BYTES
 from course_lib.widgets.crossover import CrossoverExplorer
 from course_lib.widgets.rank_view import PrimitiveExplorer
 from course_lib.widgets.ring_stepper import record_ring, ring_frames, ring_stepper
 
 matplotlib.use("Agg")
-
 
 
 def test_primitive_explorer_reruns_on_real_ranks():
@@ -40,8 +41,30 @@ def test_ring_frames_show_scatter_reduce_then_all_gather():
 def test_crossover_explorer_picks_the_winner():
     explorer = CrossoverExplorer(num_ranks=512, message_bytes=4096)
     assert "Fastest: <b>double binary tree</b>" in explorer.verdict.value
-    explorer.link.value = "NVLink 4 (H100, within a node)"
-    assert explorer.alpha_us.value == pytest.approx(1.0) and explorer.bandwidth.value == pytest.approx(450, rel=0.01)
-    explorer.num_ranks.value = 8
+    assert "ring 5,110.2 µs" in explorer.verdict.value  # what the lesson's next cell prints
     explorer.message.value = 2**30
+    assert "Fastest: <b>ring</b>" in explorer.verdict.value  # large messages: the ring, even on 512 ranks
+    explorer.chunk.value = 0  # the whiteboard formulas: free pipelining, the double binary tree everywhere
+    assert "Fastest: <b>double binary tree</b>" in explorer.verdict.value and "unlike NCCL" in explorer.model.value
+    explorer.chunk.value = TREE_CHUNK_BYTES
+    explorer.link.value = "NVLink 4 (H100, within a node)"
+    assert explorer.alpha_us.value == 1.0 and explorer.bandwidth.value == 450.0  # presets land exactly
+    explorer.num_ranks.value = 8
     assert "Fastest: <b>ring</b>" in explorer.verdict.value
+    explorer.message.value = 4096
+    assert "Fastest: <b>double binary tree</b>" in explorer.verdict.value
+
+
+def test_crossover_explorer_redraws_in_place_from_exact_presets():
+    explorer = CrossoverExplorer(num_ranks=512, message_bytes=4096)
+    pictures = set()
+    for name, link in LINKS.items():
+        explorer.link.value = name
+        assert explorer.alpha_us.value * 1e-6 == pytest.approx(link.alpha_s, rel=1e-12)
+        assert explorer.bandwidth.value * 1e9 == pytest.approx(link.bandwidth, rel=1e-12)
+        pictures.add(bytes(explorer.figure.value))
+    assert len(pictures) == len(LINKS) and not plt.get_fignums()  # a new PNG for each, no pyplot figure
+    ax = explorer.draw().axes[0]
+    assert ax.get_title().startswith("All-reduce on 512 ranks") and "µs" in ax.get_ylabel() and "bytes" in ax.get_xlabel()
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any(label.startswith("ring = double binary tree at") for label in labels)
