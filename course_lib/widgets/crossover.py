@@ -9,7 +9,6 @@ import numpy as np
 
 from course_lib.perf.comm import (
     ALGORITHMS,
-    BINARY_TREE,
     DOUBLE_BINARY_TREE,
     LINKS,
     RING,
@@ -45,14 +44,16 @@ def log_options(low: float, high: float, presets: list[float]) -> list[tuple[str
 
 def plot_crossover(ax, num_ranks: int, alpha_s: float, beta: float, message_bytes: float | None = None,
                    chunk_bytes: float | None = TREE_CHUNK_BYTES) -> None:
-    """All-reduce time against message size for each algorithm; where the ring overtakes each tree dashed."""
+    """All-reduce time against message size for each algorithm, and dashed, where the fastest
+    becomes the ring: the double binary tree is never slower than the single tree (fewer
+    bytes, fewer chunks), so the verdict switches once, where the ring overtakes it."""
     for cost in ALGORITHMS.values():
         ax.plot(SIZES, [cost.time(num_ranks, size, alpha_s, beta, chunk_bytes) * 1e6 for size in SIZES],
                 label=cost.name)
-    for tree, style in ((BINARY_TREE, ":"), (DOUBLE_BINARY_TREE, "--")):
-        crossing = crossover_bytes(tree, RING, num_ranks, alpha_s, beta, chunk_bytes)
-        if crossing and SIZES[0] <= crossing <= SIZES[-1]:
-            ax.axvline(crossing, color="grey", ls=style, lw=1, label=f"ring = {tree.name} at {format_bytes(crossing)}")
+    crossing = crossover_bytes(DOUBLE_BINARY_TREE, RING, num_ranks, alpha_s, beta, chunk_bytes)
+    if crossing and SIZES[0] <= crossing <= SIZES[-1]:
+        ax.axvline(crossing, color="grey", ls="--", lw=1,
+                   label=f"ring overtakes double binary tree: {format_bytes(crossing)}")
     if message_bytes:
         ax.axvline(message_bytes, color="#d62728", lw=1.5, label=f"your message: {format_bytes(message_bytes)}")
     ax.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="all-reduce time (µs)",

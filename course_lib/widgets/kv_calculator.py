@@ -97,7 +97,8 @@ class KVCalculator(w.VBox):
         fig = new_figure(7.5, 3.6)
         ax = fig.subplots()
         for label, heads in attention_kinds(self.spec):
-            ax.plot(CONTEXTS, [self.per_token(heads) * c * self.batch.value / GiB for c in CONTEXTS], label=label, lw=1.2)
+            ax.plot(CONTEXTS, [self.per_token(heads) * c * self.batch.value / GiB for c in CONTEXTS], label=label,
+                    lw=1.2)
         ax.plot(CONTEXTS, [token * c * self.batch.value / GiB for c in CONTEXTS], "k--", lw=2,
                 label=f"chosen: {self.kv_heads.value} KV heads")
         ax.axhline(80, color="grey", lw=0.8)
