@@ -134,3 +134,11 @@ def test_cuda_device_names_map_to_presets(device_name, preset):
     assert (found.name if found else None) == preset
     if found:
         assert found.hbm_bandwidth > 1e11
+
+
+@pytest.mark.parametrize("preset, kv_heads", [("Llama-3.1-70B", [64, 8, 1]), ("Qwen2.5-7B", [28, 4, 1]),
+                                              ("Llama-2-7B", [32, 8, 1]), ("Falcon-7B", [71, 1])])
+def test_attention_variants_follow_the_models_own_query_heads(preset, kv_heads):
+    variants = attention_variants(get_model(preset))
+    assert [v.num_kv_heads for v in variants] == kv_heads
+    assert all(v.num_heads % v.num_kv_heads == 0 for v in variants)

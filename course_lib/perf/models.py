@@ -94,7 +94,21 @@ def get_model(name: str) -> ModelSpec:
         raise KeyError(f"Unknown model {name!r}; choose one of {sorted(MODELS)}.") from None
 
 
+def kv_head_choices(num_heads: int) -> list[int]:
+    """The KV-head counts a model with ``num_heads`` query heads can have: the divisors of
+    ``num_heads`` (each KV head serves an equal group of query heads), from 1 (MQA) to
+    ``num_heads`` (MHA)."""
+    return [n for n in range(1, num_heads + 1) if num_heads % n == 0]
+
+
 def attention_variants(base: ModelSpec) -> list[ModelSpec]:
-    """``base`` as MHA, GQA (its own KV heads, or 8) and MQA: same layers, heads and head size."""
-    gqa_heads = base.num_kv_heads if 1 < base.num_kv_heads < base.num_heads else 8
-    return [base.with_kv_heads(n) for n in (base.num_heads, gqa_heads, 1)]
+    """``base`` as MHA (one KV head per query head), GQA and MQA (one KV head): same layers,
+    heads and head size. GQA uses the model's own KV heads when it is a GQA model, else the valid
+    count nearest 8; it is left out when no count lies strictly between 1 and the query heads
+    (Falcon-7B's 71 heads)."""
+    heads = base.num_heads
+    inner = [n for n in kv_head_choices(heads) if 1 < n < heads]
+    counts = [heads]
+    if inner:
+        counts.append(base.num_kv_heads if base.num_kv_heads in inner else min(inner, key=lambda n: (abs(n - 8), n)))
+    return [base.with_kv_heads(n) for n in counts + [1]]

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from course_lib.paging.paged import PagedAllocator
 from course_lib.paging.reserve_for_max import ReserveForMaxAllocator
 from course_lib.paging.simulate import TraceReplay
 from course_lib.paging.trace import sample_chat_trace
-from course_lib.widgets.figure_pane import FigurePane
+from course_lib.widgets.figure_pane import FigurePane, new_figure
 from course_lib.widgets.memory_map import draw_paged, draw_reserve_for_max
 
 
@@ -76,10 +75,11 @@ class AllocatorExplorer(w.VBox):
                   "<th>slots held</th><th>over-reserved</th><th>internal frag.</th><th>external frag.</th>"
                   "<th>waste</th></tr>")
         self.stats.value = f"<table style='border-spacing:10px 2px'>{header}{''.join(rows)}</table>"
-        self.figure.show(self.draw())
+        self.figure.redraw(self.draw)
 
     def draw(self):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.8))
+        fig = new_figure(12, 3.8)
+        left, right = fig.subplots(1, 2)
         draw_reserve_for_max(left, self.replays["reserve-for-max"].allocator)
         draw_paged(right, self.replays["paged"].allocator)
         fig.suptitle(f"Same {self.capacity_tokens:,}-token pool, same requests (colour = request)")

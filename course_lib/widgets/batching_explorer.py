@@ -18,14 +18,13 @@ import time
 from typing import Callable
 
 import ipywidgets as w
-import matplotlib.pyplot as plt
 import plotly.graph_objects as go
 
 from course_lib.engine.simulated import SimulatedEngine, SimulationReport
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.workloads import WorkloadRequest
-from course_lib.widgets.figure_pane import FigurePane
+from course_lib.widgets.figure_pane import FigurePane, new_figure
 from course_lib.widgets.timeline import plot_slot_timeline
 
 POLICIES = ("static", "continuous")
@@ -147,7 +146,8 @@ class BatchingExplorer(w.VBox):
         """Both slot timelines on one step scale (the longer run sets it); sets ``self.idle``
         (policy -> share of slot-steps idle)."""
         slots, lengths = self.num_slots.value, self.lengths
-        fig, axes = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
+        fig = new_figure(10, 5)
+        axes = fig.subplots(2, 1, sharex=True)
         self.idle = {policy: plot_slot_timeline(ax, [s.scheduled for s in report.steps], slots, f"{policy} batching")
                      for ax, (policy, report) in zip(axes, self.reports.items())}
         axes[0].set_xlim(-0.5, max(len(r.steps) for r in self.reports.values()) - 0.5)  # one scale for both
@@ -163,7 +163,7 @@ class BatchingExplorer(w.VBox):
         if key not in self.runs:
             self.runs[key] = serve_both(self.lengths, key[0], self.model, self.gpu)
         self.reports = self.runs[key]
-        self.figure.show(self.draw())
+        self.figure.redraw(self.draw)
         rows = "".join(f"<tr><td>{policy}</td><td>{len(r.steps):,}</td><td>{self.idle[policy]:.0%}</td>"
                        f"<td>{r.tokens_per_s:,.0f}</td></tr>" for policy, r in self.reports.items())
         elapsed = time.perf_counter() - started

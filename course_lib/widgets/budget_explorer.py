@@ -15,7 +15,7 @@ from course_lib.engine.simulated import SimulatedEngine, SimulationReport
 from course_lib.perf.hardware import GPU
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.workloads import WorkloadRequest
-from course_lib.widgets.figure_pane import FigurePane
+from course_lib.widgets.figure_pane import FigurePane, new_figure
 
 BUDGETS = [2**k for k in range(8, 15)]  # 256 .. 16384
 THRESHOLDS = [("off", 0)] + [(str(2**k), 2**k) for k in range(8, 14)]  # 256 .. 8192
@@ -100,11 +100,15 @@ class TokenBudgetExplorer(w.VBox):
         rows = "".join(f"<tr><td>{name}</td><td style='text-align:right'>{value:,.1f} ms</td></tr>"
                        for name, value in latency_summary(report).items())
         cap = self.threshold.value or "off"
-        fig, ax = plt.subplots(figsize=(9, 2.8))
-        plot_step_times(ax, report, self.document_id, f"{self.model.name} on {self.gpu.name}: budget "
-                        f"{self.budget.value}, long-prefill cap {cap} (red: steps with a document chunk)")
-        fig.tight_layout()
-        self.figure.show(fig)
+
+        def draw():
+            fig = new_figure(9, 2.8)
+            plot_step_times(fig.subplots(), report, self.document_id, f"{self.model.name} on {self.gpu.name}: "
+                            f"budget {self.budget.value}, long-prefill cap {cap} (red: steps with a document chunk)")
+            fig.tight_layout()
+            return fig
+
+        self.figure.redraw(draw)
         elapsed = time.perf_counter() - started
         self.table.value = (f"<table>{rows}</table><small>{report.preemptions} preemptions, "
                             f"{report.tokens_per_s:,.0f} output tokens/s; updated in {1000 * elapsed:.0f} ms</small>")

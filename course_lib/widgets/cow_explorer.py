@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from course_lib.paging.block_table import (
     parallel_sampling_report,
     run_parallel_sampling,
 )
-from course_lib.widgets.figure_pane import FigurePane
+from course_lib.widgets.figure_pane import FigurePane, new_figure
 from course_lib.widgets.memory_map import draw_block_tables
 
 
@@ -37,7 +36,11 @@ class CopyOnWriteExplorer(w.VBox):
             f"Blocks if every sample copied the prompt: <b>{report.unshared_blocks}</b><br>"
             f"Saved: <b>{report.saved_fraction:.0%}</b> &nbsp; copy-on-write copies: {report.copy_on_writes}</div>"
         )
-        fig, ax = plt.subplots(figsize=(9, 0.6 + 0.45 * self.num_samples.value))
-        draw_block_tables(ax, run_parallel_sampling(*shape))
-        fig.tight_layout()
-        self.figure.show(fig)
+
+        def draw():
+            fig = new_figure(9, 0.6 + 0.45 * self.num_samples.value)
+            draw_block_tables(fig.subplots(), run_parallel_sampling(*shape))
+            fig.tight_layout()
+            return fig
+
+        self.figure.redraw(draw)

@@ -12,10 +12,9 @@ import html
 import time
 
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from course_lib.models.tokenizer import ByteTokenizer
-from course_lib.widgets.figure_pane import FigurePane
+from course_lib.widgets.figure_pane import FigurePane, new_figure
 from course_lib.widgets.hash_chain import draw_hash_chains, hash_chains, prefix_hits
 
 BLOCK_SIZES = [4, 8, 16, 32]
@@ -80,7 +79,8 @@ class HashChainExplorer(w.VBox):
     def draw(self):
         """The hash chains of the references and your prompt, one row each."""
         prompts, salts = self.served()
-        fig, ax = plt.subplots(figsize=(11, 0.9 * len(prompts) + 1))
+        fig = new_figure(11, 0.9 * len(prompts) + 1)
+        ax = fig.subplots()
         draw_hash_chains(ax, prompts, self.block_size.value, salts)
         ax.set_title("Block hashes (same colour = same hash = shared KV)")
         fig.tight_layout()
@@ -94,7 +94,7 @@ class HashChainExplorer(w.VBox):
         self.hit_blocks = hits[-1]
         next_is_cached = prefix_hits(chains)[-1] > self.hit_blocks
         self.hit_tokens = self.hit_blocks * self.block_size.value
-        self.figure.show(self.draw())
+        self.figure.redraw(self.draw)
         elapsed = time.perf_counter() - started
         hits_line = describe_hits(prompts["your prompt"], self.hit_blocks, self.block_size.value, next_is_cached)
         self.readout.value = (f"{hits_line}{salt_note(salts['your prompt'], self.reference_salt)} "

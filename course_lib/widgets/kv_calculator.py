@@ -5,31 +5,17 @@ from __future__ import annotations
 import ipywidgets as w
 
 from course_lib.perf.kv import DTYPE_BYTES, kv_bytes_per_token
-from course_lib.perf.models import MODELS, ModelSpec
+from course_lib.perf.models import MODELS, ModelSpec, attention_variants, kv_head_choices
 from course_lib.perf.units import GiB, format_bytes
 from course_lib.widgets.figure_pane import DRAW_LOCK, FigurePane, new_figure
 
 CONTEXTS = [2**k for k in range(9, 18)]  # 512 .. 131072 tokens
 
 
-def kv_head_choices(num_heads: int) -> list[int]:
-    """The KV-head counts a model with ``num_heads`` query heads can have: the divisors of
-    ``num_heads`` (each KV head serves an equal group of query heads), from 1 (MQA) to
-    ``num_heads`` (MHA)."""
-    return [n for n in range(1, num_heads + 1) if num_heads % n == 0]
-
-
 def attention_kinds(spec: ModelSpec) -> list[tuple[str, int]]:
-    """(label, KV heads) for MHA, GQA and MQA on this model's query heads: MHA has one KV head
-    per query head, GQA the model's own KV heads when it is a GQA model, else the valid count
-    nearest 8 (none when no count lies strictly between 1 and the query heads, e.g. 71), MQA one."""
-    heads = spec.num_heads
-    inner = [n for n in kv_head_choices(heads) if 1 < n < heads]
-    kinds = [(f"MHA, {heads} KV heads", heads)]
-    if inner:
-        gqa = spec.num_kv_heads if spec.num_kv_heads in inner else min(inner, key=lambda n: (abs(n - 8), n))
-        kinds.append((f"GQA, {gqa} KV heads", gqa))
-    return kinds + [("MQA, 1 KV head", 1)]
+    """(label, KV heads) for the MHA, GQA and MQA variants of this model (``attention_variants``)."""
+    return [(f"{v.attention_kind}, {v.num_kv_heads} KV head{'s' if v.num_kv_heads > 1 else ''}", v.num_kv_heads)
+            for v in attention_variants(spec)]
 
 
 class KVCalculator(w.VBox):

@@ -6,13 +6,12 @@ from __future__ import annotations
 import html
 
 import ipywidgets as w
-import matplotlib.pyplot as plt
 
 from course_lib.perf.hardware import GPUS
 from course_lib.perf.kv import KVCacheMemoryError, plan_kv_cache, split_memory
 from course_lib.perf.models import MODELS
 from course_lib.perf.units import GiB
-from course_lib.widgets.figure_pane import FigurePane
+from course_lib.widgets.figure_pane import FigurePane, new_figure
 
 MODEL_LENGTHS = [2**k for k in range(11, 18)]  # 2048 .. 131072
 
@@ -54,7 +53,7 @@ class MemoryPlanExplorer(w.VBox):
                 f" of KV cache per GPU; maximum concurrency for {plan.max_model_len:,}-token requests: "
                 f"{plan.max_concurrency:.2f}x.</p>"
             )
-        self.figure.show(self.draw())
+        self.figure.redraw(self.draw)
 
     def draw(self):
         """A stacked bar of one GPU: weights, activation peak, KV cache, memory left outside the budget."""
@@ -65,7 +64,8 @@ class MemoryPlanExplorer(w.VBox):
                  ("activation peak", min(plan.activation_reserve_bytes, plan.budget_bytes - weights), "#ff7f0e"),
                  ("KV cache", max(0.0, plan.kv_cache_bytes), "#2ca02c"),
                  ("outside gpu_memory_utilization", plan.gpu_memory_bytes - plan.budget_bytes, "#dddddd")]
-        fig, ax = plt.subplots(figsize=(9.5, 2.2))
+        fig = new_figure(9.5, 2.2)
+        ax = fig.subplots()
         left = 0.0
         for label, size, color in parts:
             ax.barh([0], [size / GiB], left=left / GiB, color=color, label=label)
