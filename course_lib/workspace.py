@@ -8,9 +8,14 @@ course gained since. ``./course refresh`` brings course updates into it:
   version (running a lesson only changes outputs, so lessons follow the course);
 * a copy whose sources the learner edited (an exercise being worked on) is kept, and the new
   version is written beside it as ``NAME.updated.ipynb``;
-* files the learner created are never touched.
+* files the learner created are never touched;
+* a file that is not a readable notebook counts as edited;
+* the new version beside an edited copy is written once per course version, and never over a
+  ``NAME.updated.ipynb`` the learner has edited since.
 
-The manifest ``.course-manifest.json`` records, per file, a hash of the cell sources as copied.
+The manifest ``.course-manifest.json`` records, per file, a hash of the cell sources as copied
+(``copied``) and as last offered beside an edited copy (``offered``); it is saved after every
+change, so an interrupted refresh never misreports a lesson as edited.
 """
 
 from __future__ import annotations
@@ -33,41 +38,78 @@ def default_workdir() -> Path:
     return Path(os.environ.get("COURSE_WORKDIR", REPO_ROOT / "my-work"))
 
 
-def sources_hash(notebook: Path) -> str:
-    """A hash of the notebook's cell types and sources: outputs, counts and metadata do not count."""
-    cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
-    text = json.dumps([(c.get("cell_type"), "".join(c.get("source", ""))) for c in cells])
+def sources_hash(notebook: Path) -> str | None:
+    """A hash of the notebook's cell types and sources (outputs, counts and metadata do not
+    count); None when the file is not a readable notebook."""
+    try:
+        cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+        text = json.dumps([(c.get("cell_type"), "".join(c.get("source", ""))) for c in cells])
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError):
+        return None
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _load_manifest(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        manifest = json.loads(path.read_text())
+        return {"copied": dict(manifest["copied"]), "offered": dict(manifest["offered"])}
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError):
+        print(f"warning: {path} is unreadable; treating every notebook there as possibly edited.", file=sys.stderr)
+    return {"copied": {}, "offered": {}}
+
+
+def _refresh_one(source: Path, copy: Path, name: str, manifest: dict[str, dict[str, str]]) -> str | None:
+    """Bring one existing copy up to date (rules in the module docstring); a report line or None."""
+    course_hash, copied = sources_hash(source), manifest["copied"].get(name)
+    if course_hash == copied:
+        return None
+    mine = sources_hash(copy)
+    if mine == course_hash:  # the learner's copy already reads like the new version
+        manifest["copied"][name] = course_hash
+        return None
+    if mine is not None and mine == copied:
+        shutil.copyfile(source, copy)
+        manifest["copied"][name] = course_hash
+        return f"updated  {name}"
+    beside = copy.with_suffix(".updated.ipynb")
+    offered = manifest["offered"].get(name)
+    if offered == course_hash and beside.exists():
+        return None  # already offered
+    why = "not a readable notebook" if mine is None else "you edited it"
+    if beside.exists() and sources_hash(beside) != offered:
+        return f"kept     {name} ({why}); {beside.name} has your edits too, so the new version was not written"
+    shutil.copyfile(source, beside)
+    manifest["offered"][name] = course_hash
+    return f"kept     {name} ({why}); the course's new version is {beside.parent.name}/{beside.name}"
+
+
 def sync(workdir: Path, course_root: Path = REPO_ROOT, refresh: bool = False) -> list[str]:
-    """Copy new course notebooks into ``workdir``; with ``refresh``, also update existing copies
-    by the rules in the module docstring. Returns one line per file changed."""
+    """Copy course notebooks missing from ``workdir``; with ``refresh``, also update existing
+    copies by the rules in the module docstring. Returns one line per file changed."""
+    workdir.mkdir(parents=True, exist_ok=True)
     manifest_path = workdir / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = _load_manifest(manifest_path)
     report = []
     for folder in CONTENT_FOLDERS:
         for source in sorted((course_root / folder).glob("*.ipynb")):
             name = f"{folder}/{source.name}"
             copy = workdir / name
-            course_hash = sources_hash(source)
+            before = json.dumps(manifest, sort_keys=True)
             if not copy.exists():
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, copy)
-                manifest[name] = course_hash
-                report.append(f"added    {name}")
-            elif refresh and course_hash != manifest.get(name):
-                if sources_hash(copy) == manifest.get(name):
-                    shutil.copyfile(source, copy)
-                    manifest[name] = course_hash
-                    report.append(f"updated  {name}")
-                else:
-                    beside = copy.with_suffix(".updated.ipynb")
-                    shutil.copyfile(source, beside)
-                    report.append(f"kept     {name} (you edited it); the course's new version is "
-                                  f"{folder}/{beside.name}")
-    workdir.mkdir(parents=True, exist_ok=True)
-    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+                manifest["copied"][name] = sources_hash(source)
+                line = f"added    {name}"
+            elif refresh:
+                line = _refresh_one(source, copy, name, manifest)
+            else:
+                continue
+            if line:
+                report.append(line)
+            if json.dumps(manifest, sort_keys=True) != before:  # saved file by file: see the module docstring
+                manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return report
 
 

@@ -54,3 +54,45 @@ def test_refresh_leaves_unchanged_and_learner_files_alone(tmp_path):
     assert mine.exists()
     (work / "exercises" / "01_exercise.ipynb").unlink()
     assert sync(work, course) == ["added    exercises/01_exercise.ipynb"]
+
+
+def test_a_second_refresh_never_overwrites_the_offered_version_the_learner_edited(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    sync(work, course)
+    _notebook(work / "exercises" / "01_exercise.ipynb", "answer = 42")
+    _course(course, exercise="raise NotImplementedError('v2')")
+    assert any(line.startswith("kept") for line in sync(work, course, refresh=True))
+    assert sync(work, course, refresh=True) == [], "an offer already made is not repeated"
+    beside = work / "exercises" / "01_exercise.updated.ipynb"
+    _notebook(beside, "my edits to the new version")
+    _course(course, exercise="raise NotImplementedError('v3')")
+    report = sync(work, course, refresh=True)
+    assert "my edits to the new version" in beside.read_text()
+    assert any("has your edits too" in line for line in report)
+
+
+def test_a_copy_that_catches_up_with_the_course_counts_as_unedited_again(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    sync(work, course)
+    _course(course, lesson="print(2)")
+    _notebook(work / "notebooks" / "01_lesson.ipynb", "print(2)")  # the learner typed the fix themselves
+    assert sync(work, course, refresh=True) == []
+    _course(course, lesson="print(3)")
+    assert sync(work, course, refresh=True) == ["updated  notebooks/01_lesson.ipynb"]
+
+
+def test_broken_notebooks_and_manifests_do_not_stop_a_sync(tmp_path, capsys):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    sync(work, course)
+    (work / "exercises" / "01_exercise.ipynb").write_text("{ not json")
+    (work / MANIFEST).write_text("")
+    _course(course, lesson="print(2)", exercise="raise NotImplementedError('v2')")
+    report = sync(work, course, refresh=True)
+    assert "unreadable" in capsys.readouterr().err
+    assert (work / "exercises" / "01_exercise.ipynb").read_text() == "{ not json", "a broken copy is kept"
+    assert any("not a readable notebook" in line for line in report)
+    assert sorted(json.loads((work / MANIFEST).read_text())["offered"]) == [  # nothing is trusted as unedited
+        "exercises/01_exercise.ipynb", "notebooks/01_lesson.ipynb"]
