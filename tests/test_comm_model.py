@@ -110,3 +110,11 @@ def test_pipelined_crossover_of_the_double_binary_tree_by_hand():
     assert 200 * 2**20 < size < 300 * 2**20
     assert crossover_bytes(DOUBLE_BINARY_TREE, RING, 2, ALPHA, BETA, TREE_CHUNK_BYTES) is None  # never faster
     assert crossover_bytes(RING, DOUBLE_BINARY_TREE, 1, ALPHA, BETA) is None
+
+
+@pytest.mark.parametrize("chunk", [0, -1])
+def test_a_chunk_size_that_is_not_positive_is_refused_everywhere(chunk):
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        crossover_bytes(DOUBLE_BINARY_TREE, RING, 8, 1e-6, 1e-9, chunk)
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        DOUBLE_BINARY_TREE.time(8, 1e6, 1e-6, 1e-9, chunk)

@@ -8,8 +8,9 @@ writes the outputs; it does 4 FLOPs per (query head, context token, dimension):
     bytes = 2 x batch x context x KV heads x head_dim x e + 2 x batch x heads x head_dim x e
     FLOPs = 4 x batch x heads x context x head_dim        (e = bytes per element)
 
-That is heads / KV heads = 4 FLOPs per byte, far left of every GPU's ridge point, so the time
-is the bytes over the bandwidth the kernel can draw, plus a fixed launch cost:
+That is 2 x heads / (KV heads x e) FLOPs per byte, 4 for this bf16 shape, far left of every
+GPU's ridge point (hundreds of FLOPs per byte), so the time is the bytes over the bandwidth the
+kernel can draw, plus a fixed launch cost:
 
     time = launch + max(FLOPs / peak FLOP/s, bytes / (peak HBM x min(1, programs / SMs)))
 
@@ -26,6 +27,7 @@ from course_lib.perf.hardware import GPU
 BATCHES = (1, 8, 32, 64, 128)
 CONTEXTS = (512, 1024, 4096, 16384)
 SHAPE = {"heads": 32, "kv_heads": 8, "head_dim": 128, "block_size": 16, "dtype": "bfloat16"}
+ELEMENT_BYTES = 2  # of SHAPE's dtype
 LAUNCH_S = 5e-6  # launch and drain of one small CUDA kernel: a few microseconds
 
 
@@ -47,7 +49,7 @@ def predicted_decode_seconds(gpu: GPU, batch: int, context: int, heads: int = 32
 def predicted_decode_sweep(gpu: GPU) -> dict:
     """The benchmark's sweep as the model predicts it, in the benchmark's JSON layout
     (``rows`` of batch, context, ``paged_ms`` and ``paged_gb_per_s``), marked ``predicted``."""
-    element_bytes = 2
+    element_bytes = ELEMENT_BYTES
     rows = []
     for batch in BATCHES:
         for context in CONTEXTS:

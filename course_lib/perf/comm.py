@@ -99,10 +99,8 @@ class AllReduceCost:
 
     def pieces(self, num_bytes: float, chunk_bytes: float | None = None) -> float:
         """Chunks per tree that the pipeline moves in sequence (1: the message goes whole)."""
-        if chunk_bytes is None or not self.trees:
-            return 1.0
-        require_positive("chunk_bytes", chunk_bytes)
-        return max(1.0, num_bytes / (self.trees * chunk_bytes))
+        bend = self.chunked_from(chunk_bytes)
+        return 1.0 if bend is None else max(1.0, num_bytes / bend)
 
     def time(self, num_ranks: int, num_bytes: float, alpha_s: float, beta: float,
              chunk_bytes: float | None = None) -> float:
@@ -127,7 +125,10 @@ class AllReduceCost:
 
     def chunked_from(self, chunk_bytes: float | None) -> float | None:
         """The message size above which pipelining adds steps: one chunk per tree (None: never)."""
-        return self.trees * chunk_bytes if chunk_bytes is not None and self.trees else None
+        if chunk_bytes is None:
+            return None
+        require_positive("chunk_bytes", chunk_bytes)
+        return self.trees * chunk_bytes if self.trees else None
 
 
 def _depth(num_ranks: int) -> int:
@@ -145,8 +146,9 @@ def crossover_bytes(latency_optimal: AllReduceCost, bandwidth_optimal: AllReduce
                     alpha_s: float, beta: float, chunk_bytes: float | None = None) -> float | None:
     """The smallest message size at which ``latency_optimal`` stops being the faster: below it
     the one with fewer hops wins, at it both cost the same. None when ``latency_optimal`` is
-    not faster for the smallest messages, or stays faster at every size. Both times are piecewise linear in K (they bend
-    where pipelining starts), so the crossing is found stretch by stretch, exactly."""
+    not faster for the smallest messages, or stays faster at every size. Both times are piecewise
+    linear in K (they bend where pipelining starts), so the crossing is found stretch by stretch,
+    exactly."""
     if num_ranks == 1:
         return None
     costs = (latency_optimal, bandwidth_optimal)

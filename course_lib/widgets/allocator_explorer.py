@@ -8,7 +8,7 @@ from course_lib.paging.paged import PagedAllocator
 from course_lib.paging.reserve_for_max import ReserveForMaxAllocator
 from course_lib.paging.simulate import TraceReplay
 from course_lib.paging.trace import sample_chat_trace
-from course_lib.widgets.figure_pane import FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 from course_lib.widgets.memory_map import draw_paged, draw_reserve_for_max
 
 
@@ -37,6 +37,7 @@ class AllocatorExplorer(w.VBox):
         super().__init__([buttons, self.stats, self.figure])
         self.reset()
 
+    @one_at_a_time
     def reset(self) -> None:
         self.replays = {
             "reserve-for-max": TraceReplay(ReserveForMaxAllocator(self.capacity_tokens, self.max_model_len)),
@@ -46,6 +47,7 @@ class AllocatorExplorer(w.VBox):
         self.submitted = 0
         self.refresh()
 
+    @one_at_a_time
     def add_requests(self, count: int) -> None:
         for request in self.trace[self.submitted:self.submitted + count]:
             for replay in self.replays.values():
@@ -54,6 +56,7 @@ class AllocatorExplorer(w.VBox):
         self.submitted = min(len(self.trace), self.submitted + count)
         self.refresh()
 
+    @one_at_a_time
     def generate(self, steps: int) -> None:
         for replay in self.replays.values():
             for _ in range(steps):
@@ -61,6 +64,7 @@ class AllocatorExplorer(w.VBox):
                 replay.admit()
         self.refresh()
 
+    @one_at_a_time
     def refresh(self) -> None:
         rows = []
         for name, replay in self.replays.items():

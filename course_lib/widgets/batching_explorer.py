@@ -24,7 +24,7 @@ from course_lib.engine.simulated import SimulatedEngine, SimulationReport
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.workloads import WorkloadRequest
-from course_lib.widgets.figure_pane import FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 from course_lib.widgets.timeline import plot_slot_timeline
 
 POLICIES = ("static", "continuous")
@@ -155,6 +155,7 @@ class BatchingExplorer(w.VBox):
         fig.tight_layout()
         return fig
 
+    @one_at_a_time
     def refresh(self) -> float:
         """Serve (or recall), redraw and rewrite the readout for the current sliders; returns the seconds it took."""
         started = time.perf_counter()

@@ -15,7 +15,7 @@ from course_lib.engine.simulated import SimulatedEngine, SimulationReport
 from course_lib.perf.hardware import GPU
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.workloads import WorkloadRequest
-from course_lib.widgets.figure_pane import FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 
 BUDGETS = [2**k for k in range(8, 15)]  # 256 .. 16384
 THRESHOLDS = [("off", 0)] + [(str(2**k), 2**k) for k in range(8, 14)]  # 256 .. 8192
@@ -93,6 +93,7 @@ class TokenBudgetExplorer(w.VBox):
             self.reports[key] = simulate_budget(self.model, self.gpu, self.workload, *key)
         return self.reports[key]
 
+    @one_at_a_time
     def refresh(self) -> float:
         """Redraw for the current sliders; returns how long the update took (s)."""
         started = time.perf_counter()

@@ -8,7 +8,7 @@ from course_lib.paging.block_table import (
     parallel_sampling_report,
     run_parallel_sampling,
 )
-from course_lib.widgets.figure_pane import FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 from course_lib.widgets.memory_map import draw_block_tables
 
 
@@ -28,6 +28,7 @@ class CopyOnWriteExplorer(w.VBox):
         super().__init__([w.HBox([w.VBox(controls), self.readout]), self.figure])
         self.refresh()
 
+    @one_at_a_time
     def refresh(self) -> None:
         shape = (self.prompt_len.value, self.num_samples.value, self.output_len.value, self.block_size.value)
         report = parallel_sampling_report(*shape)

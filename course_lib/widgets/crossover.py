@@ -116,7 +116,7 @@ class CrossoverExplorer(w.VBox):
         self.verdict.value = f"<b>{format_bytes(self.message.value)} on {n} ranks:</b> {listing}. Fastest: <b>{best}</b>."
         pipelining = ("each tree moves its half (all, for one tree) in chunks of "
                       f"{format_bytes(chunk)}, and every chunk after the first is one more α on the tree's pipeline "
-                      "(what NCCL's trees pay for their bandwidth)" if chunk else
+                      "(a simple model of what pipelining costs a tree)" if chunk else
                       "trees pipeline for free, so the double binary tree matches the ring's bandwidth "
                       "and wins at every size on many ranks, unlike NCCL")
         self.model.value = (

@@ -14,6 +14,7 @@ Matplotlib is not thread-safe (its mathtext parser, for one, is shared): every r
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 from typing import Callable
@@ -26,6 +27,18 @@ DRAW_LOCK = threading.RLock()
 """Held while a figure is drawn and rendered; reentrant, so a redraw may trigger another."""
 
 DPI = 100  # the inline backend's resolution, so panes look like the lesson's other figures
+
+
+def one_at_a_time(method: Callable) -> Callable:
+    """Run a widget method under ``DRAW_LOCK``, so callbacks arriving on several kernel threads
+    read and change the widget's state, readouts and picture one after another."""
+
+    @functools.wraps(method)
+    def locked(*args, **kwargs):
+        with DRAW_LOCK:
+            return method(*args, **kwargs)
+
+    return locked
 
 
 def new_figure(width_in: float, height_in: float) -> Figure:

@@ -14,7 +14,7 @@ import time
 import ipywidgets as w
 
 from course_lib.models.tokenizer import ByteTokenizer
-from course_lib.widgets.figure_pane import FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 from course_lib.widgets.hash_chain import draw_hash_chains, hash_chains, prefix_hits
 
 BLOCK_SIZES = [4, 8, 16, 32]
@@ -86,6 +86,7 @@ class HashChainExplorer(w.VBox):
         fig.tight_layout()
         return fig
 
+    @one_at_a_time
     def refresh(self) -> float:
         """Rehash, redraw and rewrite the readout; returns the seconds it took."""
         started = time.perf_counter()

@@ -11,7 +11,7 @@ from course_lib.perf.hardware import GPUS
 from course_lib.perf.kv import KVCacheMemoryError, plan_kv_cache, split_memory
 from course_lib.perf.models import MODELS
 from course_lib.perf.units import GiB
-from course_lib.widgets.figure_pane import FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 
 MODEL_LENGTHS = [2**k for k in range(11, 18)]  # 2048 .. 131072
 
@@ -41,6 +41,7 @@ class MemoryPlanExplorer(w.VBox):
                     max_model_len=self.max_model_len.value,
                     tensor_parallel_size=self.tensor_parallel.value)
 
+    @one_at_a_time
     def refresh(self) -> None:
         gpu, model = GPUS[self.gpu.value], MODELS[self.model.value]
         try:
