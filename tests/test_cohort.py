@@ -62,10 +62,13 @@ def cohort(tmp_path_factory):
     (root / "frank").mkdir()
     (root / "frank" / EXERCISE.name).write_text("not a notebook")
     (root / "gina").mkdir()  # handed nothing in
-    card = {"quiz": "quizzes/03_scheduler.yaml", "answers": [{"question_id": "v1-step", "correct": True},
-                                                           {"question_id": "preemption-default", "correct": False}]}
+    right, wrong = {"answer": 1, "correct": True}, {"answer": 0, "correct": False}
+    card = {"quiz": "quizzes/03_scheduler.yaml", "answers": [  # alice solves preemption-default on a retry
+        {"question_id": "v1-step", "first_correct": True, "tries": [right]},
+        {"question_id": "preemption-default", "first_correct": False, "tries": [wrong, right]}]}
     (root / "alice" / "quiz_03.json").write_text(json.dumps(card))
-    (root / "bob" / "quiz_03.json").write_text(json.dumps({**card, "answers": card["answers"][:1]}))
+    old_style = {"question_id": "v1-step", "correct": True, "attempts": 1}  # a scorecard from before first tries
+    (root / "bob" / "quiz_03.json").write_text(json.dumps({**card, "answers": [old_style]}))
     (root / "bob" / "notes.json").write_text("[1, 2]")  # not a scorecard: skipped
     progress = []
     grades = grade_cohort(root, [EXERCISE], lambda done, total, grade: progress.append((done, total)),
@@ -95,8 +98,8 @@ def test_gradebook_files_are_complete_and_reproducible(cohort, tmp_path):
     assert "gina,03_scheduler,missing,Task 1 · The hash chain,0,not handed in" in rows
     assert "- **Task 2 · The longest cached prefix** failed" in first["bob.md"].decode()
     misses = {q.question_id: (q.missed, q.handed_in) for q in quizzes}
-    assert misses["v1-step"] == (0, 2) and misses["preemption-default"] == (2, 2)
-    assert "preemption-default" in first["summary.html"].decode()
+    assert misses["v1-step"] == (0, 2) and misses["preemption-default"] == (2, 2)  # a retry never undoes a miss
+    assert "preemption-default" in first["summary.html"].decode() and "first try" in first["summary.html"].decode()
 
 
 def test_an_infinite_loop_hits_the_time_limit(tmp_path):

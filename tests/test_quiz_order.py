@@ -1,22 +1,26 @@
 """Quizzes cannot be passed blind: options are shown in each learner's own order, answers stay in
-the bank's terms, and the banks do not give the right option away by its place or its length."""
+the bank's terms, every learner has an id of their own, and the banks do not give the right
+options away by their place, their length or (for multi-select) their number."""
 
 import json
+import statistics
 from collections import Counter
 
-import pytest
 
 from course_lib.grading.gradebook import collect_quizzes
 from course_lib.paths import QUIZ_DIR
 from course_lib.quiz.bank import load_bank, parse_bank
-from course_lib.quiz.order import LEARNER_VARIABLE, display_order, learner_id
+from course_lib.quiz.learner import LEARNER_FILE, LEARNER_VARIABLE, learner_id
+from course_lib.quiz.order import display_order
 from course_lib.quiz.questions import MultiSelect, SingleChoice
 from course_lib.widgets.quiz import UNCHOSEN, QuizWidget, as_html
 
 BANKS = [load_bank(path) for path in sorted(QUIZ_DIR.glob("*.yaml"))]
 SINGLES = [q for bank in BANKS for q in bank.questions if isinstance(q, SingleChoice)]
+MULTIS = [q for bank in BANKS for q in bank.questions if isinstance(q, MultiSelect)]
 LEARNERS = ["ada", "grace", "alan", "barbara", "edsger"]
-MAX_SHARE = 0.40  # of single-choice questions whose right option is first (or longest)
+MAX_SHARE = 0.40  # of single-choice questions whose right option is first (or longest); of multi-select
+MAX_LENGTH_RATIO = 1.6  # ones with all options but one right; mean right vs mean wrong option length
 
 
 def _right(q) -> int:
@@ -32,10 +36,26 @@ def test_display_order_is_a_stable_permutation_that_depends_on_the_learner():
     assert len({tuple(display_order(texts, qid, "ada")) for qid in ("q1", "q2", "q3", "q4")}) > 1
 
 
-def test_learner_is_the_course_variable_else_the_user_name(monkeypatch):
+def test_learner_is_the_course_variable_else_an_id_kept_in_the_home_folder(monkeypatch, tmp_path):
+    """In a Docker or JupyterHub image every learner is ``jovyan``: the user name tells no one apart."""
+    monkeypatch.setattr("getpass.getuser", lambda: "jovyan")
     monkeypatch.setenv(LEARNER_VARIABLE, "  student-42 ")
     assert learner_id() == "student-42"
     monkeypatch.setenv(LEARNER_VARIABLE, "")
+    ids = {}
+    for name in ("one", "two"):  # two learners' homes
+        (tmp_path / name).mkdir()
+        monkeypatch.setenv("HOME", str(tmp_path / name))
+        ids[name] = learner_id()
+        assert learner_id() == ids[name] == (tmp_path / name / LEARNER_FILE).read_text().strip()  # made once, kept
+    assert ids["one"] != ids["two"] and "jovyan" not in ids.values()
+    (tmp_path / "two" / LEARNER_FILE).write_text("\n")  # a blank file gets a new id
+    assert learner_id() not in ("", ids["two"])
+
+
+def test_learner_falls_back_to_the_user_name_when_the_home_folder_cannot_be_written(monkeypatch, tmp_path):
+    monkeypatch.delenv(LEARNER_VARIABLE, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "no such folder"))
     monkeypatch.setattr("getpass.getuser", lambda: "jo")
     assert learner_id() == "jo"
 
@@ -67,6 +87,26 @@ def test_banks_do_not_put_the_right_option_first_or_make_it_the_longest():
                if len(q.options[_right(q)].text) >= max(len(o.text) for o in q.options if not o.correct)]
     assert len(first) <= MAX_SHARE * len(SINGLES), first
     assert len(longest) <= MAX_SHARE * len(SINGLES), longest
+
+
+def test_multi_select_questions_vary_how_many_options_are_right():
+    """If nearly every "pick all that apply" had all options but one right, ticking all but the
+    odd one out would pass them."""
+    counts = Counter((sum(o.correct for o in q.options), len(q.options)) for q in MULTIS)
+    all_but_one = [q.id for q in MULTIS if sum(o.correct for o in q.options) == len(q.options) - 1]
+    assert len(all_but_one) <= MAX_SHARE * len(MULTIS), all_but_one
+    assert len({right for right, _ in counts}) >= 3, counts
+    assert any(right <= 2 for right, _ in counts), counts
+
+
+def test_multi_select_right_options_are_not_told_apart_by_length():
+    tells = {}
+    for q in MULTIS:
+        right = statistics.mean(len(o.text) for o in q.options if o.correct)
+        wrong = statistics.mean(len(o.text) for o in q.options if not o.correct)
+        if max(right / wrong, wrong / right) > MAX_LENGTH_RATIO:
+            tells[q.id] = (round(right), round(wrong))
+    assert not tells, tells
 
 
 def test_every_choice_control_shows_the_learners_order_and_answers_in_bank_terms():
@@ -111,14 +151,16 @@ def test_inline_code_renders_as_code_and_everything_else_stays_escaped():
 
 
 def test_a_shuffled_quiz_exports_a_scorecard_the_gradebook_reads(tmp_path):
-    """Every learner clicks the first option shown; the gradebook counts misses from the bank's answers."""
+    """Every learner clicks the first option shown, then retries with the right one; the gradebook
+    counts first-try misses from the bank's answers, so the retries change nothing."""
     bank = load_bank("03_scheduler")
     for name in LEARNERS:
         quiz = QuizWidget(bank, learner=name)
         for card in quiz.cards.values():
             if isinstance(card.question, SingleChoice):
-                card.control.value = card.order[0]
-                card.submit()
+                for choice in (card.order[0], _right(card.question)):
+                    card.control.value = choice
+                    card.submit()
         (tmp_path / name).mkdir()
         quiz.scorecard.export(tmp_path / name / "quiz_03.json")
         assert json.loads((tmp_path / name / "quiz_03.json").read_text())["learner"] == name

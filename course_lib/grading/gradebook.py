@@ -3,6 +3,7 @@ interrupted run never leaves a half-written file (each file is written aside, th
 
   grades.csv             learner, exercise, status, check, passed, message (one row per check)
   summary.html           learners x exercises with scores; quiz questions by how many missed them
+                         on the first try (retries are for learning and never count)
   feedback/<learner>.md  each failed check with its reason, for the learner
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from course_lib.quiz.bank import load_bank
+from course_lib.quiz.scorecard import first_try_correct
 
 if TYPE_CHECKING:  # cohort.py imports this module to write its results
     from course_lib.grading.cohort import ExerciseGrade
@@ -29,20 +31,21 @@ class QuestionMisses:
     quiz: str
     question_id: str
     prompt: str
-    missed: int  # learners who handed in this quiz and did not answer this question correctly
+    missed: int  # learners who handed in this quiz and did not answer this question right on the first try
     handed_in: int
 
 
 def collect_quizzes(submissions: Path) -> list[QuestionMisses]:
-    """Per quiz question, how many learners missed it, from the scorecards (``*.json``) in each
-    learner folder. Files that are not scorecards are skipped."""
-    answers: dict[str, dict[str, dict[str, bool]]] = defaultdict(dict)  # quiz -> learner -> question -> correct
+    """Per quiz question, how many learners missed it on the first try (unanswered counts as
+    missed), from the scorecards (``*.json``) in each learner folder. A later right answer does not
+    undo a first miss. Files that are not scorecards are skipped."""
+    answers: dict[str, dict[str, dict[str, bool]]] = defaultdict(dict)  # quiz -> learner -> question -> first try right
     for learner in sorted(p for p in submissions.iterdir() if p.is_dir()):
         for path in sorted(learner.glob("*.json")):
             try:
                 card = json.loads(path.read_text(encoding="utf-8"))
                 quiz = Path(card["quiz"]).stem
-                answers[quiz][learner.name] = {a["question_id"]: bool(a["correct"]) for a in card["answers"]}
+                answers[quiz][learner.name] = {a["question_id"]: first_try_correct(a) for a in card["answers"]}
             except (ValueError, KeyError, TypeError):
                 continue
     rows = []
@@ -95,8 +98,10 @@ def summary_html(grades: list[ExerciseGrade], quizzes: list[QuestionMisses]) -> 
         f"<tr><td>{html.escape(q.quiz)}</td><td>{html.escape(q.question_id)}</td><td>{html.escape(q.prompt)}</td>"
         f"<td>{q.missed} of {q.handed_in}</td></tr>"
         for q in sorted(quizzes, key=lambda q: (-q.missed / max(1, q.handed_in), q.quiz, q.question_id)))
-    quiz_table = (f"<h2>Quiz questions, most missed first</h2><table border=1 cellpadding=4><tr><th>quiz</th>"
-                  f"<th>question</th><th>prompt</th><th>missed</th></tr>{quiz_rows}</table>") if quizzes else ""
+    quiz_table = (f"<h2>Quiz questions, most missed first</h2><p>Missed: not right on the first try, or not "
+                  f"answered. Retries are for learning and never count.</p><table border=1 cellpadding=4><tr>"
+                  f"<th>quiz</th><th>question</th><th>prompt</th><th>missed</th></tr>{quiz_rows}</table>"
+                  if quizzes else "")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>Gradebook</title></head>"
             f"<body style='font-family:sans-serif'><h1>Gradebook</h1><p>Checks passed per exercise "
             f"(green: all, yellow: some, red: none).</p><table border=1 cellpadding=4><tr><th>learner</th>{head}</tr>"

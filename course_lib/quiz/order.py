@@ -7,32 +7,14 @@ every session and on every machine, and different learners see different orders.
 
 Invariant: the order is presentation only. Answers are checked and recorded in the bank's terms
 (option indices into the bank's list, matching choices by their text), so grading and the
-gradebook never depend on what was shown. A scorecard names its learner, so the order a learner
-saw can be rebuilt from it.
-
-The learner is the ``COURSE_LEARNER`` environment variable when it is set (an instructor can set
-it to a student id), otherwise the operating system's user name.
+gradebook never depend on what was shown. A scorecard names its learner (see learner.py for
+where the id comes from), so the order a learner saw can be rebuilt from it.
 """
 
 from __future__ import annotations
 
-import getpass
 import hashlib
-import os
 from collections.abc import Sequence
-
-LEARNER_VARIABLE = "COURSE_LEARNER"
-
-
-def learner_id() -> str:
-    """``$COURSE_LEARNER`` if set and not blank, else the OS user name, else ``"learner"``."""
-    name = os.environ.get(LEARNER_VARIABLE, "").strip()
-    if name:
-        return name
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError, ImportError):  # no user name in this environment (some containers)
-        return "learner"
 
 
 def display_order(texts: Sequence[str], question_id: str, learner: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""The five kinds of question. Each parses its own fields and checks an answer.
+"""The five kinds of question. Each parses its own fields and judges an answer.
 
 single:        options (text, correct, why), exactly one correct; answer = option index
 multi:         options, one or more correct; answer = set of option indices
@@ -8,6 +8,12 @@ spot_the_bug:  code, bug_line (1-based), line_hints; answer = a line number
 
 Answers are always in the bank's terms (indices into the bank's options, right-hand texts), never
 in the shuffled order a learner is shown (``option_order``, ``choice_order``; see order.py).
+
+Feedback never gives the right answer away on a wrong try (``Question.check``): it speaks only of
+what the learner gave (the picked option's ``why``; which multi-select picks are wrong and that
+some right ones are missing; how many pairs match; too high or too low; why a clicked line is
+fine). The right answer, its reasons and the explanation come with a right answer, or when the
+caller asks to ``reveal`` them (the scorecard does after a few wrong tries).
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ class Feedback:
 
     correct: bool
     message: str
+
+
+def _bare(text: str) -> str:
+    """An option's text without its closing full stop, to quote it inside a sentence."""
+    return text.rstrip(".")
 
 
 @dataclass(frozen=True)
@@ -62,18 +73,32 @@ class Question:
     explanation: str
     kind: ClassVar[str]
 
-    def check(self, answer: Any) -> Feedback:
-        raise NotImplementedError
+    def check(self, answer: Any, reveal: bool = False) -> Feedback:
+        """Judge ``answer`` (in the bank's terms; a malformed one raises ValueError). A right
+        answer gets its reasons and the explanation; a wrong one only feedback on what was given,
+        unless ``reveal``, which adds the right answer, its reasons and the explanation."""
+        correct, said = self._judge(answer)
+        parts = ["Correct." if correct else "Not quite.", said]
+        if reveal and not correct:
+            solution = self.solution_text()
+            parts += [f"The right answer: {solution}" + ("" if solution.endswith((".", "?", "!")) else "."),
+                      self._reasons()]
+        if correct or reveal:
+            parts.append(self.explanation)
+        return Feedback(correct, " ".join(part for part in parts if part))
 
     def solution_text(self) -> str:
         """The correct answer in words."""
         raise NotImplementedError
 
-    def _verdict(self, correct: bool, detail: str) -> Feedback:
-        message = ("Correct. " if correct else "Not quite. ") + detail
-        if self.explanation:
-            message += " " + self.explanation
-        return Feedback(correct, message.strip())
+    def _judge(self, answer: Any) -> tuple[bool, str]:
+        """Whether ``answer`` is right, and what to say about the answer given and nothing else
+        (for a right answer that is its reasons)."""
+        raise NotImplementedError
+
+    def _reasons(self) -> str:
+        """Why the right answer is right, shown when a wrong try reveals it."""
+        return ""
 
 
 @dataclass(frozen=True)
@@ -111,11 +136,14 @@ class SingleChoice(_ChoiceQuestion):
     def _problem_with(num_correct: int) -> str | None:
         return None if num_correct == 1 else "a single-choice question needs exactly one option with 'correct: true'."
 
-    def check(self, answer: int) -> Feedback:
+    def _judge(self, answer: int) -> tuple[bool, str]:
         if not isinstance(answer, int) or not 0 <= answer < len(self.options):
             raise ValueError(f"Choose one option by index 0..{len(self.options) - 1}, got {answer!r}.")
         option = self.options[answer]
-        return self._verdict(option.correct, option.why)
+        return option.correct, option.why
+
+    def _reasons(self) -> str:
+        return next(o.why for o in self.options if o.correct)
 
     def solution_text(self) -> str:
         return next(o.text for o in self.options if o.correct)
@@ -131,20 +159,26 @@ class MultiSelect(_ChoiceQuestion):
     def _problem_with(num_correct: int) -> str | None:
         return None if num_correct else "a multiple-select question needs at least one option with 'correct: true'."
 
-    def check(self, answer: set[int]) -> Feedback:
+    def _judge(self, answer: set[int]) -> tuple[bool, str]:
+        """A wrong answer hears which of its picks are wrong and why, and whether right options
+        are missing, never which ones."""
         chosen = set(answer)
         if not chosen <= set(range(len(self.options))):
             raise ValueError(f"Choose options by index 0..{len(self.options) - 1}, got {sorted(chosen)}.")
-        correct = chosen == {i for i, o in enumerate(self.options) if o.correct}
-        notes = [
-            f"[{'picked' if i in chosen else 'not picked'}, {'right' if o.correct else 'wrong'}] {o.why}"
-            for i, o in enumerate(self.options)
-            if i in chosen or o.correct
-        ]
-        return self._verdict(correct, " ".join(notes))
+        right = {i for i, o in enumerate(self.options) if o.correct}
+        if chosen == right:
+            return True, self._reasons()
+        notes = [f"Wrong pick, “{_bare(o.text)}”: {o.why}" for i, o in enumerate(self.options) if i in chosen - right]
+        if right - chosen:
+            notes.append("Some right options are missing." if notes else
+                         "Every option you picked is right, but some right options are missing.")
+        return False, " ".join(notes)
+
+    def _reasons(self) -> str:
+        return " ".join(o.why for o in self.options if o.correct)
 
     def solution_text(self) -> str:
-        return "; ".join(o.text for o in self.options if o.correct)
+        return "; ".join(_bare(o.text) for o in self.options if o.correct)
 
 
 @dataclass(frozen=True)
@@ -168,10 +202,11 @@ class Numeric(Question):
             **common,
         )
 
-    def check(self, answer: float) -> Feedback:
+    def _judge(self, answer: float) -> tuple[bool, str]:
         value = float(answer)
-        correct = abs(value - self.answer) <= self.tolerance * abs(self.answer)
-        return self._verdict(correct, f"You gave {value:g} {self.unit}; the answer is {self.solution_text()}.")
+        if abs(value - self.answer) <= self.tolerance * abs(self.answer):
+            return True, f"You gave {value:g} {self.unit}; the answer is {self.solution_text()}."
+        return False, f"You gave {value:g} {self.unit}, which is too {'high' if value > self.answer else 'low'}."
 
     def solution_text(self) -> str:
         return f"{self.answer:g} {self.unit}"
@@ -211,13 +246,15 @@ class Matching(Question):
         choices = self.choices
         return choices if learner is None else [choices[i] for i in display_order(choices, self.id, learner)]
 
-    def check(self, answer: dict[str, str]) -> Feedback:
+    def _judge(self, answer: dict[str, str]) -> tuple[bool, str]:
+        """A wrong answer hears how many pairs match, not which."""
         expected = dict(self.pairs)
         if set(answer) != set(expected):
             raise ValueError(f"Match every item: {sorted(expected)}.")
-        wrong = [left for left in expected if answer[left] != expected[left]]
-        detail = "All pairs match." if not wrong else f"Check: {', '.join(wrong)}."
-        return self._verdict(not wrong, detail)
+        matched = sum(answer[left] == right for left, right in expected.items())
+        if matched == len(expected):
+            return True, f"All {matched} pairs match."
+        return False, f"Pairs right: {matched} of {len(expected)}."
 
     def solution_text(self) -> str:
         return "; ".join(f"{left} -> {right}" for left, right in self.pairs)
@@ -249,13 +286,12 @@ class SpotTheBug(Question):
     def lines(self) -> list[str]:
         return self.code.splitlines()
 
-    def check(self, answer: int) -> Feedback:
+    def _judge(self, answer: int) -> tuple[bool, str]:
         if not isinstance(answer, int) or not 1 <= answer <= len(self.lines):
             raise ValueError(f"Pick a line between 1 and {len(self.lines)}, got {answer!r}.")
         if answer == self.bug_line:
-            return self._verdict(True, f"Line {answer} is the fault.")
-        hint = self.line_hints.get(answer, "That line is fine.")
-        return Feedback(False, f"Not quite. Line {answer}: {hint} Look again.")
+            return True, f"Line {answer} is the fault."
+        return False, f"Line {answer}: {self.line_hints.get(answer, 'That line is fine.')}"
 
     def solution_text(self) -> str:
         return f"line {self.bug_line}: {self.lines[self.bug_line - 1].strip()}"

@@ -1,5 +1,11 @@
 """Interactive quiz: one card per question, immediate feedback, answers kept in a Scorecard.
 
+The score is the first-try score: each question's first answer counts, later tries are for
+learning (see course_lib.quiz.scorecard). Feedback on a wrong try speaks only of what was picked;
+the full answer shows once the question is solved or after REVEAL_AFTER wrong tries. The widget
+says so above the cards. ``show_quiz`` keeps the tries in the learner's home folder, so running
+the cell again continues them rather than offering a fresh first try.
+
 Each card exposes its controls (``control``, ``check_button``, ``feedback``, and for
 spot-the-bug ``line_buttons``) so tests and graders can drive it like a learner would.
 Options and matching choices are shown in the learner's own order (``card.order``, see
@@ -18,7 +24,7 @@ from pathlib import Path
 import ipywidgets as w
 
 from course_lib.quiz.bank import QuizBank, load_bank
-from course_lib.quiz.order import learner_id
+from course_lib.quiz.learner import answers_path, learner_id
 from course_lib.quiz.questions import (
     Feedback,
     Matching,
@@ -28,10 +34,12 @@ from course_lib.quiz.questions import (
     SingleChoice,
     SpotTheBug,
 )
-from course_lib.quiz.scorecard import Scorecard
+from course_lib.quiz.scorecard import REVEAL_AFTER, Scorecard
 from course_lib.quiz.text import render_text
 
 UNCHOSEN = "(choose)"
+RULES = (f"Only your first answer to each question counts (the first-try score). Try again as often "
+         f"as you like to learn: the full answer shows once you get it right, or after {REVEAL_AFTER} wrong tries.")
 _STYLE = w.HTML(
     "<style>.course-code-line{text-align:left!important;font-family:monospace!important;"
     "white-space:pre!important}</style>"
@@ -50,6 +58,10 @@ def as_plain(text: str) -> str:
     return _INLINE_CODE.sub(r"\1", text)
 
 
+def _word(correct: bool) -> str:
+    return "right" if correct else "wrong"
+
+
 class QuestionCard(w.VBox):
     """Prompt, answer control, check button and feedback for one question.
 
@@ -66,6 +78,10 @@ class QuestionCard(w.VBox):
         self.control = self._build_control()
         prompt = w.HTML(f"<b>{number}. {as_html(question.prompt)}</b>")
         buttons = [] if isinstance(question, SpotTheBug) else [self.check_button]
+        record = scorecard.records.get(question.id)
+        if record is not None:  # tries saved in an earlier session
+            tries = f"{record.attempts} {'try' if record.attempts == 1 else 'tries'}"
+            self.feedback.value = f"<i>Answered before: {tries}, the first one {_word(record.first_correct)}.</i>"
         super().__init__([prompt, self.control, *buttons, self.feedback], layout=w.Layout(margin="0 0 14px 0"))
 
     def _build_control(self) -> w.Widget:
@@ -122,27 +138,33 @@ class QuestionCard(w.VBox):
             return None
         feedback = self.scorecard.answer(self.question.id, answer)
         color, mark = ("#1a7f37", "✓") if feedback.correct else ("#cf222e", "✗")
-        self.feedback.value = f"<span style='color:{color}'>{mark} {as_html(feedback.message)}</span>"
+        record = self.scorecard.records[self.question.id]
+        note = "" if record.attempts == 1 else (
+            f"<br><small>Try {record.attempts}, for practice: the score keeps your first try, which was "
+            f"{_word(record.first_correct)}.</small>")
+        self.feedback.value = f"<span style='color:{color}'>{mark} {as_html(feedback.message)}</span>{note}"
         self._on_answer()
         return feedback
 
 
 class QuizWidget(w.VBox):
-    """A whole bank as cards with a running score. ``scorecard`` holds the answers; ``learner``
-    (default: ``learner_id()``) fixes the order options are shown in."""
+    """A whole bank as cards with a running first-try score. ``scorecard`` holds the answers;
+    ``learner`` (default: ``learner_id()``) fixes the order options are shown in; with a ``path``
+    the scorecard resumes from, and saves to, that file."""
 
-    def __init__(self, bank: QuizBank, learner: str | None = None) -> None:
+    def __init__(self, bank: QuizBank, learner: str | None = None, path: str | Path | None = None) -> None:
         self.bank = bank
         self.learner = learner_id() if learner is None else learner
-        self.scorecard = Scorecard(bank, self.learner)
+        self.scorecard = Scorecard(bank, self.learner, path)
         self.score_label = w.HTML()
         self.cards = {q.id: QuestionCard(n, q, self.scorecard, self._refresh, self.learner)
                       for n, q in enumerate(bank.questions, start=1)}
         self._refresh()
-        super().__init__([w.HTML(f"<h3>{as_html(bank.title)}</h3>"), *self.cards.values(), self.score_label])
+        super().__init__([w.HTML(f"<h3>{as_html(bank.title)}</h3><p>{as_html(RULES)}</p>"),
+                          *self.cards.values(), self.score_label])
 
     def _refresh(self) -> None:
-        self.score_label.value = f"<b>Score:</b> {as_html(self.scorecard.summary())}"
+        self.score_label.value = f"<b>{as_html(self.scorecard.summary())}</b>"
 
     def as_text(self, show_answers: bool = False) -> str:
         """The same quiz as plain text, options in the order this learner sees them."""
@@ -155,7 +177,10 @@ class QuizWidget(w.VBox):
         return bundle
 
 
-def show_quiz(name_or_path: str | Path, learner: str | None = None) -> QuizWidget:
+def show_quiz(name_or_path: str | Path, learner: str | None = None, keep_answers: bool = True) -> QuizWidget:
     """Load ``quizzes/NAME.yaml`` (or a path) as an interactive quiz; display the result in a cell.
-    ``learner`` defaults to ``$COURSE_LEARNER``, else the OS user name."""
-    return QuizWidget(load_bank(name_or_path), learner)
+    ``learner`` defaults to ``learner_id()``. With ``keep_answers`` the tries are kept in
+    ``answers_path`` (under the home folder) and picked up again the next time."""
+    bank = load_bank(name_or_path)
+    learner = learner_id() if learner is None else learner
+    return QuizWidget(bank, learner, answers_path(bank.source, learner) if keep_answers else None)
