@@ -17,7 +17,7 @@ from course_lib.perf.comm import (
     crossover_bytes,
 )
 from course_lib.perf.units import KiB, format_bytes
-from course_lib.widgets.figure_pane import DRAW_LOCK, FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 
 SIZES = np.logspace(10, 32, 200, base=2)  # 1 KiB .. 4 GiB
 CHUNKS = [("whole message (the lesson's table)", 0), ("32 KiB per tree", 32 * KiB),
@@ -64,7 +64,7 @@ def plot_crossover(ax, num_ranks: int, alpha_s: float, beta: float, message_byte
 class CrossoverExplorer(w.VBox):
     """Sliders for N, alpha, bandwidth, the message size and the trees' chunk; a link preset sets
     alpha and bandwidth exactly (their sliders hold every preset value). One redraw per change,
-    serialised by ``DRAW_LOCK``, so the picture always matches the sliders."""
+    serialised by ``one_at_a_time``, so the picture always matches the sliders."""
 
     def __init__(self, num_ranks: int = 512, message_bytes: int = 4096,
                  link: str = "InfiniBand NDR 400 Gb/s (across nodes)") -> None:
@@ -91,20 +91,20 @@ class CrossoverExplorer(w.VBox):
                           self.verdict, self.figure, self.model])
         self.refresh()
 
+    @one_at_a_time  # a redraw from another thread waits until both sliders are set
     def load_link(self) -> None:
         link = LINKS[self.link.value]
-        with DRAW_LOCK:
-            self._loading = True  # one redraw for both sliders, not one per slider
-            try:
-                self.alpha_us.value, self.bandwidth.value = _alpha_us(link), _gb_per_s(link)
-            finally:
-                self._loading = False
-            self.refresh()
+        self._loading = True  # one redraw for both sliders, not one per slider
+        try:
+            self.alpha_us.value, self.bandwidth.value = _alpha_us(link), _gb_per_s(link)
+        finally:
+            self._loading = False
+        self.refresh()
 
+    @one_at_a_time
     def refresh(self) -> None:
-        with DRAW_LOCK:  # a redraw waits for a preset being loaded on another thread, then reads its values
-            if not self._loading:
-                self.figure.show(self.draw())
+        if not self._loading:
+            self.figure.redraw(self.draw)
 
     def draw(self):
         """Update the verdict and the model note from the sliders; return the figure."""

@@ -7,7 +7,7 @@ import ipywidgets as w
 from course_lib.perf.kv import DTYPE_BYTES, kv_bytes_per_token
 from course_lib.perf.models import MODELS, ModelSpec, attention_variants, kv_head_choices
 from course_lib.perf.units import GiB, format_bytes
-from course_lib.widgets.figure_pane import DRAW_LOCK, FigurePane, new_figure
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 
 CONTEXTS = [2**k for k in range(9, 18)]  # 512 .. 131072 tokens
 
@@ -48,27 +48,27 @@ class KVCalculator(w.VBox):
     def spec(self) -> ModelSpec:
         return MODELS[self.preset.value]
 
+    @one_at_a_time  # a redraw from another thread waits until every slider is set
     def load_preset(self) -> None:
         """Set every slider from the preset, then redraw once."""
         spec = self.spec
-        with DRAW_LOCK:  # a redraw from another thread waits until every slider is set
-            self._loading = True
-            try:
-                self.kv_heads.options = kv_head_choices(spec.num_heads)
-                self.layers.value, self.kv_heads.value = spec.num_layers, spec.num_kv_heads
-                self.head_dim.value = spec.head_dim
-            finally:
-                self._loading = False
-            self.refresh()
+        self._loading = True
+        try:
+            self.kv_heads.options = kv_head_choices(spec.num_heads)
+            self.layers.value, self.kv_heads.value = spec.num_layers, spec.num_kv_heads
+            self.head_dim.value = spec.head_dim
+        finally:
+            self._loading = False
+        self.refresh()
 
     def per_token(self, kv_heads: int | None = None) -> float:
         heads = self.kv_heads.value if kv_heads is None else kv_heads
         return kv_bytes_per_token(self.layers.value, heads, self.head_dim.value, DTYPE_BYTES[self.dtype.value])
 
+    @one_at_a_time
     def refresh(self) -> None:
-        with DRAW_LOCK:
-            if not self._loading:
-                self.figure.redraw(self.draw)
+        if not self._loading:
+            self.figure.redraw(self.draw)
 
     def draw(self):
         """Update the readout; return KV per batch against context for MHA, GQA, MQA and the chosen KV heads."""
