@@ -1,5 +1,9 @@
 """Command line: ``python -m course_lib.grading NOTEBOOK...`` grades notebooks (``./course grade``).
 
+Each notebook is graded as the cohort grader grades it (``grade.py``): the learner's code runs
+in a process of its own (in bubblewrap's sandbox where it works here), and every task's results
+are compared by value with the reference's. A notebook is matched to its exercise by name.
+
 For course authors, ``--build`` re-executes every solution and writes its exercise twin,
 and re-executes every lesson, keeping only the outputs the test suite compares."""
 
@@ -9,10 +13,26 @@ import argparse
 import sys
 from pathlib import Path
 
+import nbformat
+
 from course_lib.grading.execute import execute
 from course_lib.grading.exercise import write_exercise
-from course_lib.grading.grade import grade
+from course_lib.grading.grade import ExerciseGrade, grade_notebook, prepare_exercise
+from course_lib.grading.sandbox import sandbox_problem
 from course_lib.paths import REPO_ROOT
+
+
+def grade_file(notebook: str | Path) -> ExerciseGrade:
+    """Grade one notebook file against the exercise of the same name."""
+    path = Path(notebook)
+    if not path.is_file() or path.suffix != ".ipynb":
+        raise FileNotFoundError(f"{notebook} is not a notebook file; pass a path like my-work/exercises/01_paging.ipynb.")
+    pristine = REPO_ROOT / "exercises" / path.name
+    if not pristine.is_file():
+        names = ", ".join(p.name for p in sorted((REPO_ROOT / "exercises").glob("*.ipynb")))
+        raise FileNotFoundError(f"{path.name} is not the name of an exercise ({names}); keep the exercise's file name.")
+    return grade_notebook("you", nbformat.read(path, as_version=4), prepare_exercise(pristine),
+                          isolate=sandbox_problem() is None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,9 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for notebook in args.notebooks:
         print(f"== Grading {notebook}", flush=True)
-        result = grade(notebook)
-        print(f"== {notebook}: {'PASS' if result.returncode == 0 else 'FAIL'}", flush=True)
-        failed += result.returncode != 0
+        try:
+            result = grade_file(notebook)
+        except FileNotFoundError as error:
+            print(error, flush=True)
+            failed += 1
+            continue
+        if result.status != "graded":
+            print(f"status: {result.status}")
+        for check in result.checks:
+            print("\n".join(check.details or (f"{check.name}: FAIL: {check.message}",)))
+        for note in result.notes:
+            print(f"note: {note}")
+        passed = result.status == "graded" and result.score == len(result.checks)
+        print(f"== {notebook}: {result.score}/{len(result.checks)} tasks, {'PASS' if passed else 'FAIL'}", flush=True)
+        failed += not passed
     return 1 if failed else 0
 
 

@@ -4,10 +4,9 @@ In a solution notebook:
   * a cell tagged ``student`` holds the learner's task; the code between the lines
     ``### BEGIN SOLUTION`` and ``### END SOLUTION`` is replaced in the exercise by a
     ``raise NotImplementedError`` at the same indentation, and its outputs are cleared;
-  * every other cell keeps its stored outputs, which are the solution's, so nbval's
-    strict mode compares a learner's check cells against them;
+  * every code cell starts without outputs (a check cell shows its verdict once the learner runs it);
   * cells tagged ``check`` or ``setup`` are locked (not editable, not deletable).
-Student cells are tagged ``nbval-ignore-output`` too: a learner's own prints never fail grading.
+What a check cell runs, and what the graders compare, is in ``course_lib/grading/checks/``.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def make_exercise(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
             if BEGIN not in cell.source:
                 raise ValueError(f"cell {index}: a student cell needs a '{BEGIN}' region.")
             cell.source = strip_solution(cell.source, f"cell {index}")
-            cell.outputs, cell.execution_count = [], None
+        cell.outputs, cell.execution_count = [], None
         if tags & LOCKED_TAGS:
             cell.metadata["editable"] = False
             cell.metadata["deletable"] = False

@@ -110,6 +110,11 @@ class KVCachePlan:
         return self.max_tokens / self.max_model_len
 
 
+def whole_blocks(kv_cache_bytes: float, block_bytes: float) -> int:
+    """Whole KV blocks of ``block_bytes`` that fit in ``kv_cache_bytes``; 0 when nothing is left."""
+    return max(0, math.floor(kv_cache_bytes / block_bytes))
+
+
 def split_memory(
     model: ModelSpec,
     gpu: GPU,
@@ -144,7 +149,7 @@ def split_memory(
         kv_cache_bytes=kv_cache_bytes,
         block_size=block_size,
         block_bytes=block_bytes,
-        num_blocks=max(0, math.floor(kv_cache_bytes / block_bytes)),
+        num_blocks=whole_blocks(kv_cache_bytes, block_bytes),
         max_model_len=max_model_len,
     )
 

@@ -1,0 +1,128 @@
+"""The learner's side of grading: call the learner's function on the grader's inputs, send back data.
+
+This runs where the learner's code runs, so nothing here is trusted: it only turns each case's
+inputs (plain data chosen by the grader) into arguments, calls the function with its prints,
+warnings and (on ranks) rank output silenced, and returns every result as plain data. The
+grader compares those results with values it computed itself.
+
+How a function is called (a task's ``call``):
+
+  direct             ``fn(*args, **kwargs)``; the result is the return value
+  in_place_on_ranks  args ``(world_size, inputs)``; rank r builds float32 tensors from
+                     ``inputs[r]`` (a list of 1-D lists), calls ``fn(tensor)`` on each, and
+                     returns each tensor's contents after the call (the task is in place)
+  ddp_gradients      args ``(world_size, rows_per_rank)``; every rank builds the same
+                     ``Linear(6, 2)`` and data (fixed seeds), back-propagates the MSE loss of its
+                     own rows, calls ``fn(model)``, and returns each parameter's ``.grad``
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import signal
+import warnings
+from typing import Any, Callable
+
+from course_lib.grading.values import PlainDataError, from_plain, to_plain
+
+RANK_TIMEOUT_S = 30.0
+
+
+class OutOfTime(BaseException):
+    """Raised in the learner's function when its task's time is up (BaseException: a bare
+    ``except Exception`` in learner code cannot swallow it)."""
+
+
+def ddp_problem(world_size: int, rows_per_rank: int):
+    """The model and data every rank builds for ``ddp_gradients`` (and the grader, for the reference)."""
+    import torch
+
+    inputs = torch.randn(world_size * rows_per_rank, 6, generator=torch.Generator().manual_seed(1))
+    targets = torch.randn(world_size * rows_per_rank, 2, generator=torch.Generator().manual_seed(2))
+    model = torch.nn.Linear(6, 2)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    return model, inputs, targets
+
+
+def _in_place_rank(fn: Callable, inputs: list) -> list:
+    import torch
+    import torch.distributed as dist
+
+    results = []
+    for values in inputs[dist.get_rank()]:
+        tensor = torch.tensor(values, dtype=torch.float32)
+        fn(tensor)
+        results.append(tensor.tolist())
+    return results
+
+
+def _ddp_rank(fn: Callable, rows_per_rank: int) -> list:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, inputs, targets = ddp_problem(world, rows_per_rank)
+    mine = slice(rank * rows_per_rank, (rank + 1) * rows_per_rank)
+    torch.nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
+    fn(model)
+    return [parameter.grad.tolist() for parameter in model.parameters()]
+
+
+def _on_ranks(rank_fn: Callable) -> Callable:
+    def call(fn: Callable, world_size: int, *args) -> list:
+        from course_lib.dist.launch import run_on_ranks
+        return run_on_ranks(rank_fn, world_size, fn, *args, timeout_s=RANK_TIMEOUT_S, on_print=lambda rank, line: None)
+    return call
+
+
+CALLS: dict[str, Callable[..., Any]] = {
+    "direct": lambda fn, *args, **kwargs: fn(*args, **kwargs),
+    "in_place_on_ranks": _on_ranks(_in_place_rank),
+    "ddp_gradients": _on_ranks(_ddp_rank),
+}
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    def expire(signum, frame):
+        raise OutOfTime()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_cases(fn: Callable, call: str, cases: list[dict], time_limit_s: float) -> list[dict]:
+    """Outcomes of calling ``fn`` on each plain case ``{"args": [...], "kwargs": {...}}``, in order:
+    ``{"value": plain}``, ``{"error": "Type: message"}``, or ``{"timeout": True}`` for the case
+    running when the time ran out and every case after it."""
+    outcomes: list[dict] = []
+    caller = CALLS[call]
+    try:
+        with deadline(time_limit_s):
+            for case in cases:
+                args, kwargs = from_plain(case["args"]), from_plain(case.get("kwargs", {"kind": "mapping", "items": []}))
+                with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                        contextlib.redirect_stderr(io.StringIO()):
+                    warnings.simplefilter("ignore")
+                    try:
+                        outcomes.append({"value": to_plain(caller(fn, *args, **kwargs))})
+                    except (Exception, RecursionError) as error:  # noqa: BLE001 - every error is the learner's result
+                        outcomes.append({"error": _error_text(error)})
+    except OutOfTime:
+        pass
+    return outcomes + [{"timeout": True}] * (len(cases) - len(outcomes))
+
+
+def _error_text(error: BaseException) -> str:
+    if isinstance(error, PlainDataError):
+        return f"a result that cannot be graded: {error}"
+    return f"{type(error).__name__}: {error}"[:2000]

@@ -1,0 +1,162 @@
+"""A graded task: the learner's function, the cases it is called on, and how results are judged.
+
+Each exercise task names one function the learner writes. Its cases are fixed by the grader:
+hand-built ones first (each exercises one rule the task states, and says which in ``why``),
+then seeded random ones. The expected value of every case comes from the reference code in
+``course_lib``, computed by the grader, never by the learner's process; results are compared
+by value (``values.same_value``), so prints, warnings and the learner's choice of ``float``
+or ``int``, ``dict`` or ``OrderedDict`` never decide a grade.
+
+What a learner's process sends back per case is plain data: ``{"value": ...}``, or
+``{"error": "Type: message"}`` when the call raised, or ``{"timeout": true}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from course_lib.grading.values import Rule, from_plain, same_value, show, to_plain
+
+NOT_WRITTEN = "NotImplementedError"
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    why: str = ""  # for a hand-built case, the rule it exercises
+
+
+@dataclass(frozen=True)
+class Task:
+    number: int
+    title: str
+    function: str                          # the name the learner's function must keep
+    cases: Callable[[], list[Case]]        # deterministic
+    reference: Callable[..., Any]          # the expected value for (*case.args, **case.kwargs)
+    rule: Rule = Rule()
+    hint: Callable[[Case, Any, Any], str | None] | None = None  # (case, expected, got) -> a hint true for that failure
+    call: str = "direct"                   # how the learner's process calls the function (see calls.py)
+    describe: Callable[[Case], str] | None = None  # how a case is named in feedback (default: the call itself)
+    time_limit_s: float = 60.0             # for all of this task's calls together
+    examples: int = 2                      # leading cases the check cell prints as worked examples
+
+    @property
+    def heading(self) -> str:
+        return f"Task {self.number} · {self.title}"
+
+    def call_text(self, case: Case) -> str:
+        if self.describe is not None:
+            return self.describe(case)
+        parts = [repr(a) for a in case.args] + [f"{k}={v!r}" for k, v in case.kwargs.items()]
+        text = f"{self.function}({', '.join(parts)})"
+        return text if len(text) <= 200 else text[:197] + "..."
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    call: str
+    why: str
+    passed: bool
+    expected: str
+    got: str      # the value the learner's function gave, or what went wrong
+    hint: str = ""
+
+    def lines(self) -> list[str]:
+        head = f"{self.call}" + (f"   [{self.why}]" if self.why else "")
+        out = [head, f"    expected {self.expected}", f"    got      {self.got}"]
+        return out + ([f"    hint: {self.hint}"] if self.hint else [])
+
+
+@dataclass(frozen=True)
+class TaskVerdict:
+    number: int
+    title: str
+    cases: tuple[CaseVerdict, ...]
+    problem: str = ""  # why no case could be judged (the function is missing, the notebook crashed)
+
+    @property
+    def heading(self) -> str:
+        return f"Task {self.number} · {self.title}"
+
+    @property
+    def passed(self) -> bool:
+        return not self.problem and bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def failures(self) -> list[CaseVerdict]:
+        return [c for c in self.cases if not c.passed]
+
+    def message(self) -> str:
+        """One line: why the task failed ("" when it passed)."""
+        if self.problem:
+            return self.problem
+        failed = self.failures
+        if not failed:
+            return ""
+        first = failed[0]
+        text = f"{len(failed)} of {len(self.cases)} cases differ; first: {first.call}: expected {first.expected}, got {first.got}"
+        return text + (f" (hint: {first.hint})" if first.hint else "")
+
+    def report(self, max_failures: int = 3) -> list[str]:
+        """Lines for a learner: the verdict, then up to ``max_failures`` failing cases in full."""
+        if self.passed:
+            return [f"{self.heading}: PASS ({len(self.cases)} cases)"]
+        if self.problem:
+            return [f"{self.heading}: FAIL: {self.problem}"]
+        failed = self.failures
+        lines = [f"{self.heading}: FAIL, {len(failed)} of {len(self.cases)} cases differ"]
+        for case in failed[:max_failures]:
+            lines += ["  " + line for line in case.lines()]
+        if len(failed) > max_failures:
+            lines.append(f"  ... and {len(failed) - max_failures} more")
+        return lines
+
+
+def expected_values(task: Task, cases: Sequence[Case]) -> list[Any]:
+    """The reference's result for every case, as plain data."""
+    return [to_plain(task.reference(*case.args, **case.kwargs)) for case in cases]
+
+
+def judge(task: Task, cases: Sequence[Case], expected: Sequence[Any], outcomes: Any) -> TaskVerdict:
+    """Compare the learner's per-case ``outcomes`` (untrusted plain data) with ``expected``."""
+    if isinstance(outcomes, dict) and isinstance(outcomes.get("missing"), str):
+        return TaskVerdict(task.number, task.title, (), outcomes["missing"][:300])
+    if not isinstance(outcomes, list):
+        return TaskVerdict(task.number, task.title, (), "no results came back for this task")
+    verdicts = []
+    for index, (case, want) in enumerate(zip(cases, expected)):
+        outcome = outcomes[index] if index < len(outcomes) and isinstance(outcomes[index], dict) else {}
+        verdicts.append(_judge_case(task, case, want, outcome))
+    if verdicts and all(v.got.startswith(f"raised {NOT_WRITTEN}") for v in verdicts):
+        return TaskVerdict(task.number, task.title, tuple(verdicts), (
+            "not done yet: replace the `raise NotImplementedError(...)` line in its *Your code* cell"))
+    return TaskVerdict(task.number, task.title, tuple(verdicts))
+
+
+def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict:
+    call, expected_text = task.call_text(case), show(want)
+    if "value" in outcome:
+        got = outcome["value"]
+        if same_value(want, got, task.rule):
+            return CaseVerdict(call, case.why, True, expected_text, show(got))
+        return CaseVerdict(call, case.why, False, expected_text, show(got), _hint(task, case, want, got))
+    if outcome.get("timeout"):
+        return CaseVerdict(call, case.why, False, expected_text, f"no answer within {task.time_limit_s:g} s",
+                           "an endless loop? (the time limit covers all of this task's cases)")
+    error = outcome.get("error")
+    if isinstance(error, str):
+        hint = ("this task is not done yet: replace the `raise NotImplementedError(...)` line with your code"
+                if error.startswith(NOT_WRITTEN) else "")
+        return CaseVerdict(call, case.why, False, expected_text, f"raised {error[:400]}", hint)
+    return CaseVerdict(call, case.why, False, expected_text, "no result (the run stopped before this case)")
+
+
+def _hint(task: Task, case: Case, want: Any, got: Any) -> str:
+    if task.hint is None:
+        return ""
+    try:
+        return task.hint(case, from_plain(want), from_plain(got)) or ""
+    except Exception:  # noqa: BLE001 - a hint must never break grading, whatever the learner returned
+        return ""
