@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 
 
-from course_lib.grading.gradebook import collect_quizzes
+from course_lib.grading.quizzes import collect_quizzes
 from course_lib.paths import QUIZ_DIR
 from course_lib.quiz.bank import load_bank, parse_bank
 from course_lib.quiz.learner import LEARNER_FILE, LEARNER_VARIABLE, learner_id
@@ -164,7 +164,7 @@ def test_a_shuffled_quiz_exports_a_scorecard_the_gradebook_reads(tmp_path):
         (tmp_path / name).mkdir()
         quiz.scorecard.export(tmp_path / name / "quiz_03.json")
         assert json.loads((tmp_path / name / "quiz_03.json").read_text())["learner"] == name
-    missed = {row.question_id: row.missed for row in collect_quizzes(tmp_path)}
+    missed = {row.question_id: row.missed for row in collect_quizzes(tmp_path).misses}
     for q in bank.questions:
         expected = len(LEARNERS) if not isinstance(q, SingleChoice) else sum(
             q.option_order(name)[0] != _right(q) for name in LEARNERS)

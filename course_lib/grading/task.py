@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from course_lib.grading.values import Rule, from_plain, same_value, show, to_plain
 
-NOT_WRITTEN = "NotImplementedError"
+NOT_WRITTEN = "NotImplementedError: Your code here"  # what the starter raises (exercise.py), also from a rank
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def judge(task: Task, cases: Sequence[Case], expected: Sequence[Any], outcomes: 
     for index, (case, want) in enumerate(zip(cases, expected)):
         outcome = outcomes[index] if index < len(outcomes) and isinstance(outcomes[index], dict) else {}
         verdicts.append(_judge_case(task, case, want, outcome))
-    if verdicts and all(v.got.startswith(f"raised {NOT_WRITTEN}") for v in verdicts):
+    if verdicts and all(NOT_WRITTEN in v.got for v in verdicts):
         return TaskVerdict(task.number, task.title, tuple(verdicts), (
             "not done yet: replace the `raise NotImplementedError(...)` line in its *Your code* cell"))
     return TaskVerdict(task.number, task.title, tuple(verdicts))
@@ -148,8 +148,8 @@ def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict
     error = outcome.get("error")
     if isinstance(error, str):
         hint = ("this task is not done yet: replace the `raise NotImplementedError(...)` line with your code"
-                if error.startswith(NOT_WRITTEN) else "")
-        return CaseVerdict(call, case.why, False, expected_text, f"raised {error[:400]}", hint)
+                if NOT_WRITTEN in error else "")
+        return CaseVerdict(call, case.why, False, expected_text, f"raised {error[:700]}", hint)
     return CaseVerdict(call, case.why, False, expected_text, "no result (the run stopped before this case)")
 
 

@@ -7,7 +7,7 @@ import torch
 
 from course_lib.grading.calls import ddp_problem
 from course_lib.grading.task import Case, Task
-from course_lib.grading.values import Rule
+from course_lib.grading.values import Rule, same_value, to_plain
 
 FLOAT32 = Rule(rel_tol=1e-5, abs_tol=1e-5)
 
@@ -33,15 +33,32 @@ def describe_on_ranks(function: str) -> callable:
     return describe
 
 
+def _close(a, b) -> bool:
+    return same_value(to_plain(a), to_plain(b), FLOAT32)
+
+
+def first_difference(expected: list, got: list) -> str:
+    """Where per-rank results first differ: "rank 1, tensor 0, element 2: expected 0.5, got 1.5"."""
+    for rank, (want, have) in enumerate(zip(expected, got)):
+        for index, (a, b) in enumerate(zip(want, have)):
+            if len(a) != len(b):
+                return f"rank {rank}, tensor {index}: {len(b)} elements where {len(a)} are expected"
+            for element, (x, y) in enumerate(zip(a, b)):
+                if not _close(x, y):
+                    return f"rank {rank}, tensor {index}, element {element}: expected {x:.6g}, got {y:.6g}"
+    return ""
+
+
 def in_place_hint(case: Case, expected, got) -> str | None:
     world_size, inputs = case.args
-    if got == inputs:
+    where = first_difference(expected, got)
+    if _close(got, inputs):
         return "every tensor is unchanged: write the result into `tensor` itself (in place, e.g. tensor.copy_(...))"
-    if got[0] == expected[0] and got != expected:
-        return "rank 0 has the sum but other ranks do not: every rank must end with it"
-    if all(abs(g * world_size - e) < 1e-4 for g, e in zip(got[0][0], expected[0][0])):
+    if _close(got[0], expected[0]):
+        return f"rank 0 has the sum but other ranks do not: every rank must end with it ({where})"
+    if _close([[[world_size * x for x in t] for t in rank] for rank in got], expected):
         return "that is the mean; an all-reduce here sums"
-    return None
+    return where or None
 
 
 def _shard_cases() -> list[Case]:

@@ -74,8 +74,8 @@ def _lookup_cases() -> list[Case]:
     hashes = hash_request_blocks(prompt, 4)
     longer = hash_request_blocks(prompt + [99, 98], 4)  # 14 tokens: three full blocks and a partial
     cases = [Case((hashes, set(hashes), 12, 4), why="every block cached, but the prompt's last token must be computed"),
-             Case((hashes, {hashes[0], hashes[2]}, 12, 4), why="a miss at block 1 stops the lookup, though block 2 is cached"),
-             Case((hashes, {hashes[1], hashes[2]}, 12, 4), why="a miss at block 0: nothing is served"),
+             Case((longer, {longer[0], longer[2]}, 14, 4), why="a miss at block 1 stops the lookup, though block 2 is cached"),
+             Case((longer, {longer[1], longer[2]}, 14, 4), why="a miss at block 0: nothing is served"),
              Case((longer, set(longer), 14, 4), why="a partial last block: every full block can hit")]
     rng = random.Random(4)
     for trial in range(40):
