@@ -13,8 +13,15 @@ prints appears in the caller's output prefixed with ``[rank r]``.
 
 A run never hangs: the caller watches every rank, and every collective a rank enters and leaves.
 When ``timeout_s`` passes, all ranks are stopped and ``CollectiveTimeout`` names the ranks
-that did not finish and the collective each is stuck in. A rank that raises stops the others
-and ``RankFailure`` carries its traceback.
+that did not finish and the collective each is stuck in. A rank that raises or dies stops the
+others and ``RankFailure`` leads with the root cause: when one rank fails, its peers often fail
+too ("Connection reset by peer"), so the caller waits a moment for every rank's outcome and puts
+the most telling one first (a rank that gloo aborts, e.g. on a size mismatch, is reported with
+the native error text it printed), then one line per other rank.
+
+Tracing (``trace_calls=True``) swaps torch.distributed's communication functions for wrappers;
+the same wrapper is installed wherever torch looks the function up, so identity checks inside
+torch (``dist.P2POp(dist.isend, ...)``, ``batch_isend_irecv``) still hold.
 
 Ranks start by ``fork`` where the OS has it (Linux), so functions defined in a notebook cell
 work; elsewhere they start by ``spawn`` and the function must be importable from a module.
@@ -23,25 +30,44 @@ work; elsewhere they start by ``spawn`` and the function must be importable from
 from __future__ import annotations
 
 import datetime
+import faulthandler
+import functools
 import io
 import multiprocessing
 import os
 import queue as queue_module
+import re
+import shutil
+import signal
 import socket
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 if sys.platform == "linux":  # ranks talk over loopback, whatever the machine's network
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 TRACED_CALLS = ("broadcast", "reduce", "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
                 "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
-                "scatter", "gather", "barrier", "send", "recv", "isend", "irecv")
+                "scatter", "gather", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+                "batch_isend_irecv", "all_gather_object", "gather_object", "broadcast_object_list",
+                "scatter_object_list", "send_object_list", "recv_object_list")
+
+FAILURE_GRACE_S = 1.5  # after a first failure, how long to wait for the other ranks' outcomes
+NATIVE_TAIL_LINES = 12  # lines of a dead rank's native output quoted in the error
+
+# What a rank raises when a peer failed first: true, but not the cause. Matched against the
+# exception lines of a traceback (the unindented ones), not its source lines.
+_SECONDARY = re.compile(r"connection (reset|closed|refused)|closed by peer|reset by peer|broken pipe|"
+                        r"econnreset|epipe|socket closed|remote worker (crashing|hanging)|"
+                        r"peer (disconnected|closed)", re.IGNORECASE)
 
 
 class RankFailure(RuntimeError):
@@ -87,23 +113,52 @@ class _QueueWriter(io.TextIOBase):
 
 def _trace_collectives(messages, rank: int) -> None:
     """Wrap torch.distributed's communication calls (in this rank's process only) so the caller
-    knows which one each rank is inside."""
+    knows which one each rank is inside.
+
+    Each wrapper replaces the function both in ``torch.distributed`` and in
+    ``torch.distributed.distributed_c10d``, where torch's own code finds it (``P2POp`` checks
+    ``op in [isend, irecv]`` there, ``batch_isend_irecv`` checks ``op.op is isend``). A call made
+    from inside another traced call (``all_gather_object`` calls ``all_gather``) is not reported
+    separately: the caller sees the call the rank's code made."""
+    depth = threading.local()  # traced calls this thread is inside
     for name in TRACED_CALLS:
         original = getattr(dist, name, None)
-        if original is None:  # not in this torch release
+        if original is None or getattr(original, "_launch_traced", False):  # not in this torch release, or done
             continue
+        traced = _traced(original, name, messages, rank, depth)
+        for namespace in (dist, c10d):
+            if getattr(namespace, name, None) is original:
+                setattr(namespace, name, traced)
 
-        def traced(*args, _original=original, _name=name, **kwargs):
-            messages.put(("enter", rank, _name))
-            result = _original(*args, **kwargs)
-            messages.put(("exit", rank, _name))
-            return result
 
-        setattr(dist, name, traced)
+def _traced(original: Callable, name: str, messages, rank: int, depth: threading.local) -> Callable:
+    @functools.wraps(original)
+    def traced(*args, **kwargs):
+        outermost = getattr(depth, "n", 0) == 0
+        depth.n = getattr(depth, "n", 0) + 1
+        if outermost:
+            messages.put(("enter", rank, name))
+        try:
+            return original(*args, **kwargs)
+        finally:
+            depth.n -= 1
+            if outermost:
+                messages.put(("exit", rank, name))
+
+    traced._launch_traced = True
+    return traced
 
 
 def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float, trace_calls: bool,
-               fn: Callable, args: tuple, kwargs: dict, messages) -> None:
+               fn: Callable, args: tuple, kwargs: dict, messages, native_log: str) -> None:
+    # What native code writes (gloo's abort message on a size mismatch, C++ warnings) bypasses
+    # sys.stdout/sys.stderr: it goes to a file the caller reads, and outlives a rank that aborts.
+    log_fd = os.open(native_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    if faulthandler.is_enabled():  # inherited from pytest or ipykernel, writing to their own copy of stderr
+        faulthandler.enable(file=2, all_threads=True)
     sys.stdout = sys.stderr = _QueueWriter(messages, rank)
     try:
         torch.set_num_threads(1)  # N ranks share the machine's cores
@@ -143,7 +198,8 @@ def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = Non
                  on_print: Callable[[int, str], None] | None = None, trace_calls: bool = True, **kwargs) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return each rank's result, in rank order.
 
-    ``on_print(rank, line)`` receives what the ranks print (default: print it prefixed).
+    ``on_print(rank, line)`` receives what the ranks print (default: print it prefixed), native
+    output (C++ warnings) included.
     ``trace_calls=False`` skips watching collectives (for timing: a timeout then cannot say where
     each rank was).
     """
@@ -157,58 +213,230 @@ def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = Non
     context = multiprocessing.get_context(method)
     messages = context.Queue()
     init_method = f"tcp://127.0.0.1:{_free_port()}"
+    log_dir = tempfile.mkdtemp(prefix="run_on_ranks_")
+    native = _NativeOutput([os.path.join(log_dir, f"rank{rank}.log") for rank in range(world_size)])
     processes = [context.Process(target=_rank_main, daemon=True,
                                  args=(rank, world_size, backend, init_method, timeout_s, trace_calls, fn, args, kwargs,
-                                       messages))
+                                       messages, native.paths[rank]))
                  for rank in range(world_size)]
-    for process in processes:
-        process.start()
     on_print = on_print or (lambda rank, line: print(f"[rank {rank}] {line}", flush=True))
     try:
-        return _collect(processes, messages, timeout_s, on_print)
+        for process in processes:
+            process.start()
+        return _collect(processes, messages, timeout_s, on_print, native)
     finally:
         grace_until = time.monotonic() + 1.0  # ranks that returned are closing their process group
         for process in processes:
-            process.join(timeout=max(0.0, grace_until - time.monotonic()))
+            if process.pid is not None:
+                process.join(timeout=max(0.0, grace_until - time.monotonic()))
         for process in processes:
             if process.is_alive():
                 process.kill()
                 process.join()
         messages.close()
+        native.poll(on_print, force=True)  # what the ranks wrote while closing down
+        native.close()
+        shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def _collect(processes, messages, timeout_s: float, on_print) -> list:
-    world_size = len(processes)
-    results: dict[int, Any] = {}
-    inside: dict[int, list[str]] = {rank: [] for rank in range(world_size)}  # collectives entered, not left
-    last_call: dict[int, str] = {}
-    calls: dict[int, int] = {rank: 0 for rank in range(world_size)}
-    deadline = time.monotonic() + timeout_s
-    while len(results) < world_size:
-        # checked on every pass: a chatty rank must not keep the deadline from being noticed
-        if time.monotonic() > deadline:
-            raise CollectiveTimeout(_timeout_message(timeout_s, results, inside, last_call, calls, world_size))
-        for rank, process in enumerate(processes):
-            if rank not in results and process.exitcode not in (None, 0):
-                raise RankFailure(f"rank {rank} died with exit code {process.exitcode} (out of memory, or "
-                                  "killed) before returning.")
-        try:
-            kind, rank, body = messages.get(timeout=max(0.001, min(0.05, deadline - time.monotonic())))
-        except queue_module.Empty:
-            continue
+class _NativeOutput:
+    """Each rank's native stdout/stderr file, read as it grows: whole lines go to ``on_print``,
+    and the last few are kept for the error message should the rank die."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+        for path in paths:
+            open(path, "wb").close()
+        self.files = [open(path, "rb") for path in paths]
+        self.partial = [b""] * len(paths)
+        self.tails: list[list[str]] = [[] for _ in paths]
+        self.frozen = [False] * len(paths)  # once a Python fault dump starts, the lines before it matter
+        self.last_poll = 0.0
+
+    def poll(self, on_print, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_poll < 0.1:  # a chatty rank's queue must not make this a busy loop
+            return
+        self.last_poll = now
+        for rank, file in enumerate(self.files):
+            data = self.partial[rank] + file.read()
+            *lines, self.partial[rank] = data.split(b"\n")
+            if force and self.partial[rank]:
+                lines.append(self.partial[rank])
+                self.partial[rank] = b""
+            for raw in lines:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r")
+                if not self.frozen[rank]:
+                    self.tails[rank] = (self.tails[rank] + [line])[-NATIVE_TAIL_LINES:]
+                    self.frozen[rank] = line.startswith("Fatal Python error")
+                on_print(rank, line)
+
+    def close(self) -> None:
+        for file in self.files:
+            file.close()
+
+
+class _Outcomes:
+    """What the caller has heard from, and seen of, each rank."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.results: dict[int, Any] = {}
+        self.errors: dict[int, tuple[float, str]] = {}  # rank -> (when it arrived, traceback)
+        self.exits: dict[int, tuple[float, int]] = {}  # rank -> (when first seen, exit code)
+        self.inside: dict[int, list[str]] = {rank: [] for rank in range(world_size)}  # calls entered, not left
+        self.last_call: dict[int, str] = {}
+        self.calls: dict[int, int] = {rank: 0 for rank in range(world_size)}
+
+    def reported(self, rank: int) -> bool:
+        return rank in self.results or rank in self.errors
+
+    def handle(self, kind: str, rank: int, body, on_print) -> None:
         if kind == "print":
             on_print(rank, body)
         elif kind == "enter":
-            inside[rank].append(body)
-            last_call[rank] = body
-            calls[rank] += 1
+            self.inside[rank].append(body)
+            self.last_call[rank] = body
+            self.calls[rank] += 1
         elif kind == "exit":
-            inside[rank].remove(body)
+            stack = self.inside[rank]
+            if body in stack:  # the innermost open call of that name
+                del stack[len(stack) - 1 - stack[::-1].index(body)]
         elif kind == "error":
-            raise RankFailure(f"rank {rank} raised:\n{body}")
+            self.errors[rank] = (time.monotonic(), body)
         elif kind == "result":
-            results[rank] = torch.load(io.BytesIO(body), weights_only=False)
-    return [results[rank] for rank in range(world_size)]
+            self.results[rank] = torch.load(io.BytesIO(body), weights_only=False)
+
+    def failed(self, now: float) -> bool:
+        """A rank raised, died, or exited cleanly without a word for a while (its last message
+        would have arrived by then)."""
+        return bool(self.errors) or any(not self.reported(rank) and (code != 0 or now - seen > 1.0)
+                                        for rank, (seen, code) in self.exits.items())
+
+    def settled(self) -> bool:
+        return all(self.reported(rank) or rank in self.exits for rank in range(self.world_size))
+
+
+def _collect(processes, messages, timeout_s: float, on_print, native: _NativeOutput) -> list:
+    world_size = len(processes)
+    outcomes = _Outcomes(world_size)
+    deadline = time.monotonic() + timeout_s
+    failed_at = None
+    while True:
+        now = time.monotonic()
+        if failed_at is None and len(outcomes.results) == world_size:
+            native.poll(on_print, force=True)
+            return [outcomes.results[rank] for rank in range(world_size)]
+        for rank, process in enumerate(processes):
+            if rank not in outcomes.exits and process.exitcode is not None:
+                outcomes.exits[rank] = (now, process.exitcode)
+        if failed_at is None and outcomes.failed(now):
+            failed_at = now  # wait a little for the others: the first failure to arrive is often a consequence
+        if failed_at is not None and (outcomes.settled() or now > failed_at + FAILURE_GRACE_S):
+            _drain(messages, outcomes, on_print)
+            native.poll(on_print, force=True)
+            raise RankFailure(_failure_message(outcomes, native.tails))
+        # checked on every pass: a chatty rank must not keep the deadline from being noticed
+        if failed_at is None and now > deadline:
+            native.poll(on_print, force=True)
+            raise CollectiveTimeout(_timeout_message(timeout_s, outcomes.results, outcomes.inside,
+                                                     outcomes.last_call, outcomes.calls, world_size))
+        native.poll(on_print)
+        until = failed_at + FAILURE_GRACE_S if failed_at is not None else deadline
+        try:
+            kind, rank, body = messages.get(timeout=max(0.001, min(0.05, until - now)))
+        except queue_module.Empty:
+            continue
+        outcomes.handle(kind, rank, body, on_print)
+
+
+def _drain(messages, outcomes: _Outcomes, on_print) -> None:
+    """Read what is still queued (a rank that exited may have sent its last words just before)."""
+    while True:
+        try:
+            kind, rank, body = messages.get(timeout=0.05)
+        except queue_module.Empty:
+            return
+        outcomes.handle(kind, rank, body, on_print)
+
+
+def _exception_lines(trace: str) -> list[str]:
+    """The unindented lines of a traceback: the exception messages, not the source lines."""
+    return [line for line in trace.splitlines()
+            if line.strip() and not line.startswith((" ", "\t")) and not line.startswith("Traceback (most recent")]
+
+
+def _is_secondary(trace: str) -> bool:
+    return any(_SECONDARY.search(line) for line in _exception_lines(trace))
+
+
+def _one_line(trace: str, limit: int = 240) -> str:
+    lines = _exception_lines(trace)
+    line = lines[-1] if lines else trace.strip().splitlines()[-1] if trace.strip() else "(no message)"
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _exit_description(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        why = {"SIGKILL": "killed, often by the out-of-memory killer", "SIGABRT": "aborted by native code",
+               "SIGSEGV": "a crash in native code"}.get(name, "killed by a signal")
+        return f"exit code {code} ({name}: {why})"
+    return (f"exit code {code} (it exited without raising a Python exception: os._exit, or native code "
+            "that ended the process)")
+
+
+def _where(outcomes: _Outcomes, rank: int) -> str:
+    if outcomes.inside[rank]:
+        return f"inside {outcomes.inside[rank][-1]} (its communication call #{outcomes.calls[rank]})"
+    if rank in outcomes.last_call:
+        return (f"outside any blocking call (its last call, #{outcomes.calls[rank]}, was "
+                f"{outcomes.last_call[rank]})")
+    return ""
+
+
+def _failure_message(outcomes: _Outcomes, native_tails: list[list[str]]) -> str:
+    """Lead with the most telling failure, then one line per other rank.
+
+    Ranked: a rank's own error or its death first, then errors that say a peer went away
+    ("Connection reset by peer" and the like); among equals, the one seen first."""
+    died = {rank: seen_code for rank, seen_code in outcomes.exits.items() if not outcomes.reported(rank)}
+    candidates = [(_is_secondary(trace), when, rank) for rank, (when, trace) in outcomes.errors.items()]
+    candidates += [(False, seen, rank) for rank, (seen, _code) in died.items()]
+    _, _, lead = min(candidates)
+    lead_secondary = _is_secondary(outcomes.errors[lead][1]) if lead in outcomes.errors else False
+
+    if lead in outcomes.errors:
+        lines = [f"rank {lead} raised:", outcomes.errors[lead][1].rstrip()]
+    else:
+        where = _where(outcomes, lead)
+        lines = [f"rank {lead} died with {_exit_description(died[lead][1])} before returning"
+                 + (f", while {where}" if where else "") + "."]
+        tail = [line for line in native_tails[lead] if line.strip()]
+        if tail:
+            lines.append("Its last native output:")
+            lines += [f"  {line}" for line in tail]
+    others = [rank for rank in range(outcomes.world_size) if rank != lead]
+    if others:
+        lines.append("The other ranks:")
+    for rank in others:
+        if rank in outcomes.errors:
+            trace = outcomes.errors[rank][1]
+            note = (" (a consequence of the failure above)" if _is_secondary(trace) and not lead_secondary
+                    else "")
+            lines.append(f"  rank {rank}: raised {_one_line(trace)}{note}")
+        elif rank in outcomes.results:
+            lines.append(f"  rank {rank}: returned")
+        elif rank in died:
+            lines.append(f"  rank {rank}: died with {_exit_description(died[rank][1])}")
+        else:
+            where = _where(outcomes, rank)
+            lines.append(f"  rank {rank}: still running when the run was stopped, "
+                         + (where or "before any communication call"))
+    return "\n".join(lines)
 
 
 def _timeout_message(timeout_s, results, inside, last_call, calls, world_size) -> str:
