@@ -83,6 +83,13 @@ def grade_submission(learner: Path, exercise: PreparedExercise, *, limits: Limit
         return exercise.every_check(learner.name, "grader error", f"{type(error).__name__}: {error}"[:300])
 
 
+def _private_home() -> list[Path]:
+    """The grader's home folder, to hide from submissions, unless the course or Python lives in it."""
+    home = Path.home().resolve()
+    needed = [REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix)]
+    return [] if any(path.resolve().is_relative_to(home) for path in needed) else [home]
+
+
 def grade_cohort(submissions: Path, exercises: list[PreparedExercise],
                  on_progress: Callable[[int, int, ExerciseGrade], None], *, jobs: int = 1, out: Path | None = None,
                  limits: Limits = Limits(), isolate: bool = True, cell_timeout_s: float = 120) -> list[ExerciseGrade]:
@@ -92,7 +99,7 @@ def grade_cohort(submissions: Path, exercises: list[PreparedExercise],
     if not learners:
         raise FileNotFoundError(f"{submissions} holds no learner folders; put each learner's notebooks in "
                                 "SUBMISSIONS/<learner>/.")
-    hide = [submissions.resolve()] + ([out.resolve()] if out is not None else [])
+    hide = [submissions.resolve()] + ([out.resolve()] if out is not None else []) + _private_home()
     work = [(learner, exercise) for learner in learners for exercise in exercises]
     grades, lock = [], threading.Lock()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

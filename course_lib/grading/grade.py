@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -107,25 +108,32 @@ def _runner_env(work: Path) -> dict[str, str]:
     return env
 
 
+def _read_regular_file(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``, which the learner's process may have made anything: a
+    link is not followed, and a folder, a FIFO or a device is refused without blocking."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        return handle.read(limit)
+
+
 def _read_untrusted(path: Path) -> Any:
-    """The JSON in ``path``, which the learner's process may have written anything into (or made a link)."""
+    """The JSON the learner's process left in ``path``."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        data = _read_regular_file(path, 8 * 2**20 + 1)
     except OSError as error:
         raise PlainDataError(f"no results ({type(error).__name__})") from None
-    with os.fdopen(descriptor, "rb") as handle:
-        data = handle.read(8 * 2**20 + 1)
     return loads(data.decode("utf-8", errors="replace"))
 
 
 def _last_progress(work: Path) -> str:
+    """Where the learner's process was last: the cell or task it had started."""
     try:
-        descriptor = os.open(work / PROGRESS, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(descriptor, "rb") as handle:
-            lines = handle.read(2**20).decode("utf-8", errors="replace").split()
+        lines = _read_regular_file(work / PROGRESS, 2**20).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return ""
-    return " ".join(lines[-2:]) if lines else ""
+    return lines[-1].removeprefix("cell ")[:200] if lines else ""
 
 
 def grade_notebook(learner: str, submission: nbformat.NotebookNode, exercise: PreparedExercise, *,

@@ -1,11 +1,11 @@
-"""Rebuild a learner's submission around the pristine exercise, so no one passes by editing a check.
+"""Rebuild a learner's submission around the pristine exercise, so only the learner's own code counts.
 
 The graded notebook is the pristine exercise, cell for cell, except that each ``student`` cell
 is replaced by the learner's version: matched by cell id, or, for learner cells whose ids match
 no pristine student cell (ids lost on the way), by order. A student cell the learner deleted is
 graded as the starter. Cells the learner added right after a student cell (helpers) come along with
-it. Every other cell (instructions, locked ``setup`` and ``check`` cells with their expected
-outputs) is the pristine one, whatever the submission holds.
+it. Every other cell (instructions, the locked ``setup`` and ``check`` cells) is the pristine
+one, whatever the submission holds.
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ def restore_locked_cells(submission: nbformat.NotebookNode, pristine: nbformat.N
         cells.append(restored)
         for helper in extra:
             helper = copy.deepcopy(helper)
-            if helper.cell_type == "code":  # graded like a student cell: it must run, its output is free
-                helper.metadata["tags"] = sorted(set(helper.metadata.get("tags", [])) | {"nbval-ignore-output"})
+            if helper.cell_type == "code":  # runs like a student cell
                 helper.outputs, helper.execution_count = [], None
             cells.append(helper)
     graded.cells = cells
