@@ -29,6 +29,16 @@ from course_lib.grading.values import PlainDataError, from_plain, to_plain
 RANK_TIMEOUT_S = 30.0
 
 
+class _Discard(io.TextIOBase):
+    """Where the learner's prints go while their function is graded: nowhere."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+_DISCARD = _Discard()
+
+
 class OutOfTime(BaseException):
     """Raised in the learner's function when its task's time is up (BaseException: a bare
     ``except Exception`` in learner code cannot swallow it)."""
@@ -109,9 +119,8 @@ def run_cases(fn: Callable, call: str, cases: list[dict], time_limit_s: float) -
     try:
         with deadline(time_limit_s):
             for case in cases:
-                args, kwargs = from_plain(case["args"]), from_plain(case.get("kwargs", {"kind": "mapping", "items": []}))
-                with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                        contextlib.redirect_stderr(io.StringIO()):
+                args, kwargs = from_plain(case["args"]), from_plain(case["kwargs"])
+                with warnings.catch_warnings(), contextlib.redirect_stdout(_DISCARD), contextlib.redirect_stderr(_DISCARD):
                     warnings.simplefilter("ignore")
                     try:
                         outcomes.append({"value": to_plain(caller(fn, *args, **kwargs))})

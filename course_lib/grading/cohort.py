@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                           isolate=not args.no_sandbox, cell_timeout_s=args.cell_timeout)
     written = write_gradebook(grades, collect_quizzes(args.submissions, banks), args.out,
                               warning=NO_SANDBOX_WARNING if args.no_sandbox else "")
-    print("wrote", ", ".join(str(p) for p in written))
+    print(f"wrote {args.out}/grades.csv, {args.out}/summary.html and {len(written) - 2} feedback files in "
+          f"{args.out}/feedback/")
     if args.no_sandbox:
         print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
     return 0

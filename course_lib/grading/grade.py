@@ -16,7 +16,6 @@ grader (every learner, each in a sandbox), so both give the same verdict on the 
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import stat
@@ -93,19 +92,17 @@ def prepare_exercise(pristine_path: str | Path) -> PreparedExercise:
 def program_cells(submission: nbformat.NotebookNode, pristine: nbformat.NotebookNode) -> list[dict]:
     """The code cells to run: the pristine notebook's, with the learner's student cells (and the
     cells they added after them) in place, and without the check cells, which only give feedback."""
-    graded = restore_locked_cells(submission, copy.deepcopy(pristine))
+    graded = restore_locked_cells(submission, pristine)
     code = [cell for cell in graded.cells if cell.cell_type == "code" and "check" not in cell.metadata.get("tags", [])]
     return [{"id": f"code cell {index + 1}" + (" (your code)" if "student" in cell.metadata.get("tags", []) else ""),
              "source": cell.source} for index, cell in enumerate(code)]
 
 
 def _runner_env(work: Path) -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"), "LANG": "C.UTF-8",
-           "MPLBACKEND": "Agg", "IPYTHONDIR": str(work / "ipython"), "PYTHONDONTWRITEBYTECODE": "1",
-           "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(work / "tmp")}
-    for name in ("COURSE_LEARNER",):  # nothing else of the grader's environment reaches the learner's code
-        env.pop(name, None)
-    return env
+    """The learner's process's whole environment: nothing else of the grader's reaches it."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"), "LANG": "C.UTF-8",
+            "MPLBACKEND": "Agg", "IPYTHONDIR": str(work / "ipython"), "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(work / "tmp")}
 
 
 def _read_regular_file(path: Path, limit: int) -> bytes:
