@@ -106,18 +106,42 @@ def test_restore_keeps_student_work_and_helpers_but_never_an_edited_check(schedu
     run = [cell["source"] for cell in program_cells(submission, pristine)]
     pristine_checks = {c.source for c in pristine.cells if is_tagged(c, "check")}
     assert "HELPER = 1" in run and not any("all good" in source or source in pristine_checks for source in run)
-    assert [cell["id"] for cell in program_cells(submission, pristine)] == [
-        "code cell 1", "code cell 2 (your code)", "code cell 3", "code cell 4 (your code)", "code cell 5 (your code)"]
+    assert [cell["label"] for cell in program_cells(submission, pristine)] == [
+        "the set-up cell", "your code for Task 1", "a cell you added after your code for Task 1",
+        "your code for Task 2", "your code for Task 3"]
     assert [task.heading for task in scheduler.tasks] == TASKS
 
 
-def test_a_deleted_student_cell_is_restored_as_the_starter():
+def test_a_deleted_student_cell_is_restored_as_the_starter_before_the_learners_cells():
     pristine = untouched()
     submission = solved()
     submission.cells.remove(student_cells(submission)[0])
     graded = student_cells(restore_locked_cells(submission, pristine))
     assert graded[0].source == student_cells(pristine)[0].source  # the starter, not task 2's code
     assert [c.source for c in graded[1:]] == [c.source for c in student_cells(solved())[1:]]
+    # the learner's code moved into a cell of their own, anywhere: it comes after the starter, so it counts
+    moved = solved()
+    task1 = student_cells(moved)[0]
+    moved.cells.remove(task1)
+    moved.cells.append(nbformat.v4.new_code_cell(task1.source))
+    program = [cell["source"] for cell in program_cells(moved, pristine)]
+    assert program.index(student_cells(pristine)[0].source) < program.index(task1.source)
+
+
+def test_cells_added_anywhere_run_where_the_learner_put_them():
+    pristine = untouched()
+    submission = solved()
+    first_markdown = next(c for c in submission.cells if c.cell_type == "markdown")
+    submission.cells.insert(submission.cells.index(first_markdown) + 1, nbformat.v4.new_code_cell("import numpy as np"))
+    task2 = student_cells(submission)[1]
+    copy_of_task2 = nbformat.v4.new_code_cell(task2.source + "\n# my final version", metadata={"tags": ["student"]})
+    submission.cells.insert(submission.cells.index(task2) + 1, copy_of_task2)
+    program = program_cells(submission, pristine)
+    labels = [cell["label"] for cell in program]
+    assert labels[:2] == ["a cell you added before Task 1", "the set-up cell"]  # under the title, as it was
+    assert program[0]["source"] == "import numpy as np"
+    assert labels.index("a cell you added after your code for Task 2") == labels.index("your code for Task 2") + 1
+    assert program[labels.index("your code for Task 2") + 1]["source"].endswith("# my final version")
 
 
 # --- one cohort, every status ------------------------------------------------------------------
@@ -239,7 +263,7 @@ def test_an_infinite_loop_hits_the_time_limit_and_says_where(tmp_path, scheduler
                              hide=[tmp_path], cell_timeout_s=120)
     assert grade.status == "timeout" and grade.score == 0
     assert "3 s limit" in grade.checks[0].message
-    assert "code cell 2 (your code)" in grade.checks[0].message, grade.checks[0].message
+    assert "your code for Task 1" in grade.checks[0].message, grade.checks[0].message
 
 
 @grading
@@ -250,7 +274,7 @@ def test_os_exit_in_a_student_cell_is_a_crash_that_says_where(tmp_path, schedule
                              hide=[tmp_path], cell_timeout_s=30)
     assert grade.status == "crashed" and grade.score == 0  # the tasks are called after every cell has run
     assert "exit code 3" in grade.checks[0].message
-    assert "code cell 4 (your code)" in grade.checks[0].message, grade.checks[0].message
+    assert "your code for Task 3" in grade.checks[0].message, grade.checks[0].message
 
 
 # --- ./course grade and the cohort grader agree ---------------------------------------------------

@@ -124,7 +124,9 @@ def run_cases(fn: Callable, call: str, cases: list[dict], time_limit_s: float) -
                     warnings.simplefilter("ignore")
                     try:
                         outcomes.append({"value": to_plain(caller(fn, *args, **kwargs))})
-                    except (Exception, RecursionError) as error:  # noqa: BLE001 - every error is the learner's result
+                    except OutOfTime:
+                        raise
+                    except BaseException as error:  # noqa: BLE001 - sys.exit() too is the learner's result
                         outcomes.append({"error": _error_text(error)})
     except OutOfTime:
         pass

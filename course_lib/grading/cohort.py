@@ -27,6 +27,7 @@ import argparse
 import os
 import stat
 import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -41,6 +42,7 @@ from course_lib.grading.sandbox import Limits, sandbox_problem
 from course_lib.paths import REPO_ROOT
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20
+SKIPPED = {"__MACOSX"}  # folders an archive tool adds (and any starting with a dot): not learners
 NO_SANDBOX_WARNING = ("WARNING: grading WITHOUT a sandbox (--no-sandbox). A hostile submission can outlive its "
                       "run, signal the grader, read other submissions and rewrite the gradebook. Use it only for "
                       "notebooks you trust.")
@@ -69,7 +71,7 @@ def read_submission(path: Path) -> nbformat.NotebookNode | tuple[str, str]:
 
 
 def grade_submission(learner: Path, exercise: PreparedExercise, *, limits: Limits, isolate: bool,
-                     hide: list[Path], cell_timeout_s: float) -> ExerciseGrade:
+                     hide: list[Path], cell_timeout_s: float, scratch_root: Path | None = None) -> ExerciseGrade:
     """Grade one learner's notebook for one exercise; never raises."""
     try:
         if os.path.islink(learner):
@@ -78,16 +80,9 @@ def grade_submission(learner: Path, exercise: PreparedExercise, *, limits: Limit
         if isinstance(book, tuple):
             return exercise.every_check(learner.name, *book)
         return grade_notebook(learner.name, book, exercise, limits=limits, isolate=isolate, hide=hide,
-                              cell_timeout_s=cell_timeout_s)
+                              cell_timeout_s=cell_timeout_s, scratch_root=scratch_root)
     except Exception as error:  # noqa: BLE001 - one submission must never end the run
         return exercise.every_check(learner.name, "grader error", f"{type(error).__name__}: {error}"[:300])
-
-
-def _private_home() -> list[Path]:
-    """The grader's home folder, to hide from submissions, unless the course or Python lives in it."""
-    home = Path.home().resolve()
-    needed = [REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix)]
-    return [] if any(path.resolve().is_relative_to(home) for path in needed) else [home]
 
 
 def grade_cohort(submissions: Path, exercises: list[PreparedExercise],
@@ -95,16 +90,20 @@ def grade_cohort(submissions: Path, exercises: list[PreparedExercise],
                  limits: Limits = Limits(), isolate: bool = True, cell_timeout_s: float = 120) -> list[ExerciseGrade]:
     """Grade every learner folder of ``submissions`` on every exercise, ``jobs`` at a time; the
     grades come back sorted by learner, then exercise, whatever order they finished in."""
-    learners = sorted(p for p in submissions.iterdir() if p.is_dir() or p.is_symlink())
+    learners = sorted(p for p in submissions.iterdir()
+                      if (p.is_dir() or p.is_symlink()) and not p.name.startswith(".") and p.name not in SKIPPED)
     if not learners:
         raise FileNotFoundError(f"{submissions} holds no learner folders; put each learner's notebooks in "
                                 "SUBMISSIONS/<learner>/.")
-    hide = [submissions.resolve()] + ([out.resolve()] if out is not None else []) + _private_home()
     work = [(learner, exercise) for learner in learners for exercise in exercises]
     grades, lock = [], threading.Lock()
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with tempfile.TemporaryDirectory(prefix="course-grading-") as scratch, \
+            ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        # hidden from every sandbox: every submission, the gradebook, the other runs' folders, the grader's home
+        hide = [submissions.resolve(), Path(scratch), Path.home()] + ([out.resolve()] if out is not None else [])
         futures = [pool.submit(grade_submission, learner, exercise, limits=limits, isolate=isolate, hide=hide,
-                               cell_timeout_s=cell_timeout_s) for learner, exercise in work]
+                               cell_timeout_s=cell_timeout_s, scratch_root=Path(scratch))
+                   for learner, exercise in work]
         for future in as_completed(futures):
             with lock:
                 grades.append(future.result())

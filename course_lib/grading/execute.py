@@ -1,6 +1,7 @@
-"""Run notebooks in a fresh kernel and store the outputs that grading compares.
+"""Run notebooks in a fresh kernel and store their outputs (``--build``).
 
-* Solutions keep every output: their check cells' outputs become the exercise's expected ones.
+* Solutions keep every output: a reader sees each check's verdict and worked examples (the
+  exercises built from them start without outputs; grading never compares printed text).
 * Lessons keep only the outputs of cells tagged ``nbval-check-output`` (deterministic
   figures that the test suite compares); everything else is committed without outputs.
   A cell tag, not nbval's ``# NBVAL_CHECK_OUTPUT`` comment, so learners never see the marker.

@@ -6,19 +6,20 @@ grader (every learner, each in a sandbox), so both give the same verdict on the 
 1. ``prepare_exercise`` reads the pristine exercise and computes every task's cases and expected
    values from ``course_lib``, once, before any learner code runs.
 2. ``grade_notebook`` rebuilds the submission around the pristine notebook (``restore.py``: the
-   locked set-up cells, the learner's *Your code* cells and cells they added after them), writes
-   it with the grader's cases into a private folder, and runs ``runner.py`` there
-   (``sandbox.run_isolated``): the learner's process only runs their code and calls their
-   functions on the grader's inputs, sending results back as plain data.
-3. The results are judged here, by value (``task.judge``). Nothing the learner's code does in its
-   own process (printing, rebinding names, patching modules, IPython hooks) reaches this one.
+   locked set-up cells, the learner's *Your code* cells and the cells they added), writes it
+   with the grader's cases into a private folder, and runs ``runner.py`` on it
+   (``sandbox.run_isolated``): the learner's process runs their code and calls their functions on
+   the grader's inputs, sending the results back as plain data over a bounded channel.
+3. The results are judged here, by value (``task.judge``), against expected values this process
+   computed. What the learner's code does in its own process (printing, rebinding names,
+   patching modules, IPython hooks) cannot change that judgement; all it can change is what its
+   process reports, which is only ever its own grade (see the README on what that allows).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -28,14 +29,17 @@ from typing import Any, Sequence
 import nbformat
 
 from course_lib.grading.checks import exercise_tasks
-from course_lib.grading.restore import restore_locked_cells
-from course_lib.grading.runner import PROGRAM, PROGRESS, RESULTS
-from course_lib.grading.sandbox import Limits, run_isolated
+from course_lib.grading.restore import ADDED_TAG, restore_locked_cells
+from course_lib.grading.runner import PROGRAM
+from course_lib.grading.sandbox import SCRATCH_CWD, Limits, run_isolated
 from course_lib.grading.selfcheck import plain_cases
 from course_lib.grading.task import Case, Task, expected_values, judge
-from course_lib.grading.values import PlainDataError, loads
+from course_lib.grading.values import MAX_TEXT, PlainDataError, loads
+from course_lib.paths import REPO_ROOT
 
 CELL_TIMEOUT_S = 120
+CHANNEL_LIMIT = MAX_TEXT  # bytes of results a learner's process may send back
+REVEAL = (REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix))  # what the learner's process needs, even in a hidden home
 
 
 @dataclass(frozen=True)
@@ -90,87 +94,109 @@ def prepare_exercise(pristine_path: str | Path) -> PreparedExercise:
 
 
 def program_cells(submission: nbformat.NotebookNode, pristine: nbformat.NotebookNode) -> list[dict]:
-    """The code cells to run: the pristine notebook's, with the learner's student cells (and the
-    cells they added after them) in place, and without the check cells, which only give feedback."""
-    graded = restore_locked_cells(submission, pristine)
-    code = [cell for cell in graded.cells if cell.cell_type == "code" and "check" not in cell.metadata.get("tags", [])]
-    return [{"id": f"code cell {index + 1}" + (" (your code)" if "student" in cell.metadata.get("tags", []) else ""),
-             "source": cell.source} for index, cell in enumerate(code)]
+    """The code cells to run, each with a label a learner recognises: the pristine notebook's
+    set-up, the learner's student cells and the cells they added (``restore.py``), in order,
+    without the check cells, which only give feedback."""
+    program, tasks_seen = [], 0
+    for cell in restore_locked_cells(submission, pristine).cells:
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type != "code" or "check" in tags:
+            continue
+        if "student" in tags:
+            tasks_seen += 1
+            label = f"your code for Task {tasks_seen}"
+        elif ADDED_TAG in tags:
+            label = (f"a cell you added after your code for Task {tasks_seen}" if tasks_seen
+                     else "a cell you added before Task 1")
+        else:
+            label = "the set-up cell" if "setup" in tags else f"the notebook's code cell {len(program) + 1}"
+        program.append({"label": label, "source": cell.source})
+    return program
 
 
-def _runner_env(work: Path) -> dict[str, str]:
-    """The learner's process's whole environment: nothing else of the grader's reaches it."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work / "home"), "LANG": "C.UTF-8",
-            "MPLBACKEND": "Agg", "IPYTHONDIR": str(work / "ipython"), "PYTHONDONTWRITEBYTECODE": "1",
-            "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(work / "tmp")}
+def _runner_env(work: Path, isolate: bool) -> dict[str, str]:
+    """The learner's process's whole environment: nothing else of the grader's reaches it. Its home
+    and temporary folders are in its private /tmp (in the sandbox) or in ``work`` (without one)."""
+    scratch = SCRATCH_CWD if isolate else work
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(scratch / "home"), "LANG": "C.UTF-8",
+            "MPLBACKEND": "Agg", "IPYTHONDIR": str(scratch / "ipython"), "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(scratch),
+            "PYTHONPATH": str(REPO_ROOT)}
 
 
-def _read_regular_file(path: Path, limit: int) -> bytes:
-    """At most ``limit`` bytes of ``path``, which the learner's process may have made anything: a
-    link is not followed, and a folder, a FIFO or a device is refused without blocking."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        return handle.read(limit)
-
-
-def _read_untrusted(path: Path) -> Any:
-    """The JSON the learner's process left in ``path``."""
-    try:
-        data = _read_regular_file(path, 8 * 2**20 + 1)
-    except OSError as error:
-        raise PlainDataError(f"no results ({type(error).__name__})") from None
-    return loads(data.decode("utf-8", errors="replace"))
-
-
-def _last_progress(work: Path) -> str:
-    """Where the learner's process was last: the cell or task it had started."""
-    try:
-        lines = _read_regular_file(work / PROGRESS, 2**20).decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return lines[-1].removeprefix("cell ")[:200] if lines else ""
+def _records(channel: bytes) -> list[dict]:
+    """The records the learner's process sent, one JSON object per line; anything else is dropped."""
+    records = []
+    for line in channel.decode("utf-8", errors="replace").splitlines():
+        try:
+            record = loads(line)
+        except PlainDataError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def grade_notebook(learner: str, submission: nbformat.NotebookNode, exercise: PreparedExercise, *,
                    limits: Limits = Limits(), isolate: bool = False, hide: Sequence[Path] = (),
-                   cell_timeout_s: float = CELL_TIMEOUT_S) -> ExerciseGrade:
+                   cell_timeout_s: float = CELL_TIMEOUT_S, scratch_root: Path | None = None) -> ExerciseGrade:
     """Run ``submission``'s code for ``exercise`` in a process of its own and judge its results.
-    ``isolate`` runs that process in a sandbox (``sandbox.py``) with ``hide`` out of its sight."""
+    ``isolate`` runs that process in a sandbox (``sandbox.py``) with ``hide`` out of its sight:
+    it can read only the program the grader wrote, write only its private, capped /tmp, and
+    report only through a bounded channel. The program's folder is made in ``scratch_root``
+    (default: the system's temporary folder), which the caller may hide from every sandbox."""
     program = {"cells": program_cells(submission, exercise.pristine), "tasks": exercise.plain,
                "cell_timeout_s": cell_timeout_s}
-    with tempfile.TemporaryDirectory(prefix="grade-") as folder:
+    with tempfile.TemporaryDirectory(prefix="grade-", dir=scratch_root) as folder:
         work = Path(folder)
-        for sub in ("home", "ipython", "tmp"):
-            (work / sub).mkdir()
         (work / PROGRAM).write_text(json.dumps(program), encoding="utf-8")
+        env = _runner_env(work, isolate)
+        if not isolate:
+            for sub in ("home", "ipython"):
+                (work / sub).mkdir()
         outcome = run_isolated([sys.executable, "-m", "course_lib.grading.runner", str(work)], work, limits,
-                               env=_runner_env(work), hide=hide, isolate=isolate, log=work / "log.txt")
-        if outcome.timed_out:
-            where = _last_progress(work)
-            return exercise.every_check(learner, "timeout", f"stopped after the {limits.time_s:g} s limit"
-                                        + (f" (while running {where})" if where else ""))
-        try:
-            results = _read_untrusted(work / RESULTS)
-        except PlainDataError as error:
-            where = _last_progress(work)
-            return exercise.every_check(learner, "crashed", (
-                f"the grading process stopped early with exit code {outcome.returncode}"
-                + (f" while running {where}" if where else "")
-                + ": os._exit, a crash, or running out of memory") if "no results" in str(error)
-                else f"unreadable results: {error}")
-    return _judged(learner, exercise, results)
+                               env=env, hide=hide, isolate=isolate, reveal=REVEAL, readonly_workdir=True,
+                               channel_limit=CHANNEL_LIMIT)
+    return _judged(learner, exercise, _records(outcome.channel), outcome, limits)
 
 
-def _judged(learner: str, exercise: PreparedExercise, results: Any) -> ExerciseGrade:
-    tasks = results.get("tasks") if isinstance(results, dict) else None
-    tasks = tasks if isinstance(tasks, dict) else {}
+def _judged(learner: str, exercise: PreparedExercise, records: list[dict], outcome, limits: Limits) -> ExerciseGrade:
+    outcomes: dict[int, object] = {}
+    notes, where, done = [], "", False
+    for record in records:
+        if isinstance(record.get("start"), str):
+            where = record["start"][:100]
+        elif isinstance(record.get("cell"), str) and isinstance(record.get("error"), str):
+            notes.append(f"{record['cell'][:100]} raised {record['error'][:400]}")
+        elif isinstance(record.get("task"), int) and record["task"] not in outcomes:
+            outcomes[record["task"]] = (record.get("outcomes") if "outcomes" in record
+                                        else "missing" if record.get("missing") is True else None)
+        elif record.get("done") is True:
+            done = True
+            break
+    if done:
+        status = "graded"
+    elif outcome.timed_out:
+        status = "timeout"
+        notes.insert(0, f"stopped after the {limits.time_s:g} s limit while running {where or 'the start-up'}")
+    else:
+        status = "crashed"
+        notes.insert(0, f"the grading process stopped early (exit code {outcome.returncode}) while running "
+                        f"{where or 'the start-up'}: os._exit, a crash, or running out of memory")
+    if outcome.channel_overflowed:
+        notes.append(f"your code sent more than {CHANNEL_LIMIT // 2**20} MiB of results; the rest was dropped")
     checks = []
     for task, cases, expected in zip(exercise.tasks, exercise.cases, exercise.expected):
-        verdict = judge(task, cases, expected, tasks.get(str(task.number)))
+        got = outcomes.get(task.number)
+        if got == "missing":
+            got = {"missing": f"{task.function} is not defined: keep the function name the task gives, and make "
+                              "sure its cell runs without an error"}
+        elif got is None:
+            got = {"missing": notes[0] if status != "graded" else "no results came back for this task"}
+        try:
+            verdict = judge(task, cases, expected, got)
+        except Exception as error:  # noqa: BLE001 - results no judge can read are the learner's, not a grader bug
+            checks.append(CheckResult(task.heading, False, f"results that cannot be judged ({type(error).__name__})"))
+            continue
         checks.append(CheckResult(task.heading, verdict.passed, verdict.message(), tuple(verdict.report())))
-    cells = results.get("cells") if isinstance(results, dict) else None
-    notes = tuple(f"{str(cell.get('id'))[:40]} raised {cell['error']}"[:500] for cell in (cells if isinstance(cells, list) else [])
-                  if isinstance(cell, dict) and isinstance(cell.get("error"), str))
-    return ExerciseGrade(learner, exercise.name, "graded", tuple(checks), notes)
+    return ExerciseGrade(learner, exercise.name, status, tuple(checks), tuple(notes))

@@ -29,13 +29,19 @@ def _write_atomically(path: Path, text: str) -> Path:
     return path
 
 
+def _cell(text: str) -> str:
+    """A CSV field a spreadsheet shows as text: a leading = + - @ (a formula) is quoted away."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def grades_csv(grades: list[ExerciseGrade]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["learner", "exercise", "status", "check", "passed", "message"])
     for grade in grades:
         for check in grade.checks:
-            writer.writerow([grade.learner, grade.exercise, grade.status, check.name, int(check.passed), check.message])
+            writer.writerow([_cell(grade.learner), grade.exercise, grade.status, check.name, int(check.passed),
+                             _cell(check.message)])
     return out.getvalue()
 
 

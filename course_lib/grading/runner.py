@@ -1,17 +1,18 @@
 """The program that runs a learner's code for grading: ``python -m course_lib.grading.runner WORKDIR``.
 
 It runs where the learner's code runs (in the cohort grader, inside the submission's sandbox),
-so the grader trusts nothing it writes. It reads ``WORKDIR/program.json`` (written by the
-grader: the notebook's code cells to run, and each task's function name, call and cases),
-runs the cells one by one in an IPython shell, as a notebook kernel would (magics and all),
-then calls each task's function on its cases (``calls.run_cases``) and writes
-``WORKDIR/results.json``:
+so the grader trusts nothing it sends. It reads ``WORKDIR/program.json`` (written by the grader:
+the notebook's code cells to run, and each task's function name, call and cases), runs the
+cells one by one in an IPython shell, as a notebook kernel would (magics and all), then calls
+each task's function on its cases (``calls.run_cases``). It reports as it goes, one JSON record
+per line, on the channel the grader gave it (file descriptor ``COURSE_CHANNEL_FD``):
 
-    {"cells": [{"id": ..., "error": "Type: message" or null}, ...],
-     "tasks": {"1": [outcome, ...] or {"missing": "why"}, ...}}
+    {"start": "the set-up cell"}          before each cell and each task (the grader can say where a run died)
+    {"cell": label, "error": "Type: message" or null}
+    {"task": 1, "outcomes": [outcome, ...]}   or   {"task": 1, "missing": true}
+    {"done": true}
 
-``WORKDIR/progress.txt`` gets one line before each cell and each task, so when the process
-dies (``os._exit``, a crash, the time limit) the grader can say where.
+then ends at once (threads the learner's code left running cannot keep it alive).
 """
 
 from __future__ import annotations
@@ -21,16 +22,23 @@ import os
 import sys
 from pathlib import Path
 
-from course_lib.grading.calls import deadline, OutOfTime, run_cases
+from course_lib.grading.calls import OutOfTime, deadline, run_cases
 
-PROGRAM, RESULTS, PROGRESS = "program.json", "results.json", "progress.txt"
+PROGRAM = "program.json"
 
 
-def _run_cells(shell, cells: list[dict], cell_timeout_s: float, progress) -> list[dict]:
-    report = []
+class _Channel:
+    def __init__(self) -> None:
+        self.file = os.fdopen(int(os.environ["COURSE_CHANNEL_FD"]), "w", encoding="utf-8")
+
+    def send(self, **record) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+
+def _run_cells(shell, cells: list[dict], cell_timeout_s: float, channel: _Channel) -> None:
     for cell in cells:
-        progress.write(f"cell {cell['id']}\n")
-        progress.flush()
+        channel.send(start=cell["label"])
         try:
             with deadline(cell_timeout_s):
                 result = shell.run_cell(cell["source"], store_history=False, silent=False)
@@ -38,40 +46,34 @@ def _run_cells(shell, cells: list[dict], cell_timeout_s: float, progress) -> lis
             text = None if error is None else f"{type(error).__name__}: {error}"[:1000]
         except OutOfTime:
             text = f"TimeoutError: the cell ran past {cell_timeout_s:g} s"
-        report.append({"id": cell["id"], "error": text})
-    return report
+        channel.send(cell=cell["label"], error=text)
 
 
-def _run_tasks(namespace: dict, tasks: list[dict], progress) -> dict:
-    results = {}
+def _run_tasks(namespace: dict, tasks: list[dict], channel: _Channel) -> None:
     for task in tasks:
-        progress.write(f"task {task['number']}\n")
-        progress.flush()
+        channel.send(start=f"Task {task['number']}")
         function = namespace.get(task["function"])
-        if not callable(function):
-            results[str(task["number"])] = {"missing": (
-                f"{task['function']} is not defined: keep the function name the task gives, and make sure its "
-                "cell runs without an error")}
-            continue
-        results[str(task["number"])] = run_cases(function, task["call"], task["cases"], task["time_limit_s"])
-    return results
+        if callable(function):
+            channel.send(task=task["number"], outcomes=run_cases(function, task["call"], task["cases"],
+                                                                 task["time_limit_s"]))
+        else:
+            channel.send(task=task["number"], missing=True)
 
 
-def main(workdir: str) -> int:
+def main(workdir: str) -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
-    work = Path(workdir)
-    program = json.loads((work / PROGRAM).read_text(encoding="utf-8"))
+    channel = _Channel()
+    for folder in (os.environ.get("HOME"), os.environ.get("IPYTHONDIR")):
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+    program = json.loads((Path(workdir) / PROGRAM).read_text(encoding="utf-8"))
     shell = InteractiveShell.instance()
-    with open(work / PROGRESS, "w", encoding="utf-8") as progress:
-        cells = _run_cells(shell, program["cells"], program["cell_timeout_s"], progress)
-        tasks = _run_tasks(shell.user_ns, program["tasks"], progress)
-        progress.write("done\n")
-    partial = work / (RESULTS + ".partial")
-    partial.write_text(json.dumps({"cells": cells, "tasks": tasks}), encoding="utf-8")
-    os.replace(partial, work / RESULTS)
-    return 0
+    _run_cells(shell, program["cells"], program["cell_timeout_s"], channel)
+    _run_tasks(shell.user_ns, program["tasks"], channel)
+    channel.send(done=True)
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    main(sys.argv[1])

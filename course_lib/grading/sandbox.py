@@ -9,9 +9,11 @@ With ``isolate=True`` the program runs under bubblewrap (``bwrap``), with::
     bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session
           --cap-drop ALL --json-status-fd FD
           --ro-bind / /  --dev /dev  --proc /proc
-          --size M --tmpfs /tmp  --size M --tmpfs /dev/shm  [--dev-bind /dev/nvidia* ...]
-          [--tmpfs HIDDEN ...]  --bind WORKDIR WORKDIR  [--remount-ro HIDDEN ...]
-          --chdir WORKDIR -- ARGV...
+          --size S --tmpfs /tmp  --size S --tmpfs /dev/shm  [--dev-bind /dev/nvidia* ...]
+          [--tmpfs HIDDEN ...]  [--ro-bind REVEALED REVEALED ...]  --bind WORKDIR WORKDIR
+          [--remount-ro HIDDEN ...]  --chdir WORKDIR -- ARGV...
+
+(with ``readonly_workdir``, ``--ro-bind WORKDIR WORKDIR --dir /tmp/work --chdir /tmp/work``)
 
 (mounts are made parents first, so a workdir inside a hidden folder, or a hidden folder inside
 the workdir, both work), which gives:
@@ -28,7 +30,8 @@ the workdir, both work), which gives:
   gloo and torch's multiprocessing can use 127.0.0.1. Abstract Unix sockets are per network
   namespace too.
 * Files: the whole filesystem read-only, except ``workdir`` (read-write, at the same path), a
-  fresh private ``/tmp`` and ``/dev/shm`` (tmpfs, each capped at ``limits.memory_bytes``), a
+  fresh private ``/tmp`` and ``/dev/shm`` (tmpfs, each capped at ``limits.scratch_bytes``:
+  tmpfs pages are memory that ``RLIMIT_AS`` does not count), a
   minimal ``/dev`` (null, zero, random, tty, pts, plus the NVIDIA GPU device nodes when the
   machine has them) and the sandbox's own ``/proc``. Every path in ``hide``, plus ``/run`` and
   ``/var/run`` (D-Bus, systemd, Docker and containerd sockets live there: a read-only mount
@@ -101,6 +104,7 @@ from typing import Sequence
 
 LOG_LIMIT_BYTES = 2**20  # the most of a run's output kept in ``log``
 ALWAYS_HIDDEN = (Path("/run"), Path("/var/run"))  # socket files: D-Bus, systemd, Docker, containerd
+SCRATCH_CWD = Path("/tmp/work")  # where a program with a read-only workdir starts, in its private /tmp
 _NAMESPACES = ["--unshare-all", "--unshare-user", "--disable-userns"]
 _ALWAYS = ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 _PROBE_TIMEOUT_S = 30.0
@@ -112,18 +116,23 @@ _ERROR_TAIL_BYTES = 4096  # output kept to explain a sandbox that would not star
 class Limits:
     time_s: float = 600.0           # wall clock for the whole run
     memory_bytes: int = 8 * 2**30   # address space (RLIMIT_AS) of every process inside
+    scratch_bytes: int = 512 * 2**20  # each private tmpfs (/tmp, /dev/shm): memory RLIMIT_AS does not count
 
     def __post_init__(self):
         if not self.time_s > 0:
             raise ValueError(f"time_s must be positive, not {self.time_s!r}")
         if not self.memory_bytes > 0:
             raise ValueError(f"memory_bytes must be positive, not {self.memory_bytes!r}")
+        if not self.scratch_bytes > 0:
+            raise ValueError(f"scratch_bytes must be positive, not {self.scratch_bytes!r}")
 
 
 @dataclass(frozen=True)
 class Outcome:
     returncode: int | None          # None when it was stopped for the time limit
     timed_out: bool
+    channel: bytes = b""            # what the program wrote to its channel (see ``channel_limit``)
+    channel_overflowed: bool = False  # it wrote more than ``channel_limit`` bytes; the rest was dropped
 
 
 class SandboxError(RuntimeError):
@@ -159,8 +168,9 @@ def _probe(bwrap: str) -> _Bwrap:
     for namespaces in (_NAMESPACES, _NAMESPACES[:1]):
         for sized in (True, False):
             size = ["--size", str(2**20)] if sized else []
+            python = [arg for prefix in sorted({sys.prefix, sys.base_prefix}) for arg in ("--ro-bind", prefix, prefix)]
             command = [bwrap, *namespaces, *_ALWAYS, "--json-status-fd", "1", "--ro-bind", "/", "/", "--dev", "/dev",
-                       "--proc", "/proc", *size, "--tmpfs", "/tmp", "--", sys.executable, "-c", ""]
+                       "--proc", "/proc", *size, "--tmpfs", "/tmp", *python, "--", sys.executable, "-c", ""]
             try:
                 done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True,
                                       timeout=_PROBE_TIMEOUT_S)
@@ -187,10 +197,19 @@ def _probe(bwrap: str) -> _Bwrap:
 
 
 def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[str, str], hide: Sequence[Path] = (),
-                 isolate: bool = True, log: Path | None = None) -> Outcome:
+                 isolate: bool = True, log: Path | None = None, reveal: Sequence[Path] = (),
+                 readonly_workdir: bool = False, channel_limit: int = 0) -> Outcome:
     """Run argv with cwd=workdir. Wait at most ``limits.time_s`` seconds, then stop it and
     everything it started: ``Outcome(None, True)``. Otherwise ``Outcome(exit code, False)``,
     where a program killed by signal N reports 128 + N (as a shell does).
+
+    ``reveal``: paths bound read-only after ``hide`` (a course checkout or a Python inside a
+    hidden home folder, or under /tmp). ``readonly_workdir``: the workdir is bound read-only and
+    the program starts in ``/tmp/work`` of its private, capped /tmp, so it can fill neither the
+    grader's disk nor its memory beyond ``limits.scratch_bytes`` per tmpfs. ``channel_limit > 0``
+    gives the program a pipe, its file descriptor number in ``COURSE_CHANNEL_FD``, whose first
+    ``channel_limit`` bytes come back in ``Outcome.channel`` (results the caller must treat as
+    untrusted data). Both only change the sandboxed run; the fallback runs in ``workdir``.
 
     ``isolate=True``: inside bubblewrap (see the module docstring for what that guarantees);
     raises ``SandboxError`` when bubblewrap cannot work here or cannot start ``argv`` (for
@@ -211,16 +230,21 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
             raise SandboxError(problem)
         bwrap = shutil.which("bwrap")
         can = _probe(bwrap)
-        command = [bwrap, *can.namespaces, *_ALWAYS, *_mounts(workdir, hide, limits, can.sized_tmpfs),
-                   "--chdir", str(workdir)]
+        mounts = _mounts(workdir, hide, limits, can.sized_tmpfs, reveal, readonly_workdir)
+        start_in = SCRATCH_CWD if readonly_workdir else workdir
+        if readonly_workdir:
+            mounts += ["--dir", str(start_in)]
+            env["PWD"] = str(start_in)
+        command = [bwrap, *can.namespaces, *_ALWAYS, *mounts, "--chdir", str(start_in)]
     else:
         command = []
-    return _Run(command, list(argv), workdir, limits, env, log).result()
+    return _Run(command, list(argv), workdir, limits, env, log, channel_limit).result()
 
 
-def _mounts(workdir: Path, hide: Sequence[Path], limits: Limits, sized_tmpfs: bool = True) -> list[str]:
+def _mounts(workdir: Path, hide: Sequence[Path], limits: Limits, sized_tmpfs: bool = True,
+            reveal: Sequence[Path] = (), readonly_workdir: bool = False) -> list[str]:
     """bwrap's mount arguments, every mount after the mounts above it."""
-    size = ["--size", str(limits.memory_bytes)] if sized_tmpfs else []
+    size = ["--size", str(limits.scratch_bytes)] if sized_tmpfs else []
     mounts: list[tuple[Path, list[str]]] = [  # (where, arguments); sorted by depth below, stable
         (Path("/"), ["--ro-bind", "/", "/"]),
         (Path("/dev"), ["--dev", "/dev"]),
@@ -248,7 +272,11 @@ def _mounts(workdir: Path, hide: Sequence[Path], limits: Limits, sized_tmpfs: bo
             hidden_folders.append(real)
         else:
             mounts.append((real, ["--ro-bind", "/dev/null", str(real)]))
-    mounts.append((workdir, ["--bind", str(workdir), str(workdir)]))
+    for path in reveal:
+        real = Path(path).resolve()
+        if real.exists() and real != Path("/"):
+            mounts.append((real, ["--ro-bind", str(real), str(real)]))
+    mounts.append((workdir, ["--ro-bind" if readonly_workdir else "--bind", str(workdir), str(workdir)]))
     mounts.sort(key=lambda mount: len(mount[0].parts))
     arguments = [argument for _, args in mounts for argument in args]
     for folder in hidden_folders:  # read-only last: mount points for deeper mounts were made in them first
@@ -308,8 +336,9 @@ class _Run:
     """One run: start, pump output and bwrap's status until the end or the deadline, clean up."""
 
     def __init__(self, bwrap_command: list[str], argv: list[str], workdir: Path, limits: Limits,
-                 env: dict[str, str], log: Path | None):
+                 env: dict[str, str], log: Path | None, channel_limit: int = 0):
         self.isolated = bool(bwrap_command)
+        self.channel, self.channel_limit, self.channel_overflowed = bytearray(), channel_limit, False
         self.limits = limits
         self.capture = _Capture(log)
         self.status = b""  # bwrap's JSON documents
@@ -317,25 +346,33 @@ class _Run:
         self.program_exited = False  # bwrap reported the program's exit code
         self.selector = selectors.DefaultSelector()
         out_read, out_write = os.pipe()
-        status_read = status_write = -1
+        status_read = status_write = channel_read = channel_write = -1
         pass_fds: tuple[int, ...] = ()
         command = argv
+        if channel_limit > 0:
+            channel_read, channel_write = os.pipe()
+            pass_fds = (channel_write,)
+            env = {**env, "COURSE_CHANNEL_FD": str(channel_write)}
         if self.isolated:
             status_read, status_write = os.pipe()
-            pass_fds = (status_write,)
+            pass_fds += (status_write,)
             command = [*bwrap_command, "--json-status-fd", str(status_write), "--", *argv]
         try:
             self.process = subprocess.Popen(
                 command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out_write, stderr=out_write,
                 pass_fds=pass_fds, start_new_session=True, preexec_fn=_limit_process(limits.memory_bytes))
         except BaseException:
-            for fd in (out_read, status_read, status_write):
+            for fd in (out_read, status_read, status_write, channel_read):
                 if fd >= 0:
                     os.close(fd)
             raise
         finally:
             os.close(out_write)
+            if channel_write >= 0:
+                os.close(channel_write)
         self.started = time.monotonic()
+        if channel_read >= 0:
+            self.selector.register(channel_read, selectors.EVENT_READ, "channel")
         if self.isolated:
             os.close(status_write)
             self.selector.register(status_read, selectors.EVENT_READ, "status")
@@ -362,9 +399,10 @@ class _Run:
                 self._stop()
                 self.process.wait()
             self._close()
+        channel = bytes(self.channel), self.channel_overflowed
         if timed_out:
-            return Outcome(None, True)
-        return Outcome(self._returncode(), False)
+            return Outcome(None, True, *channel)
+        return Outcome(self._returncode(), False, *channel)
 
     def _pump(self, deadline: float) -> bool:
         """Read output and status until the program has exited (while its pidfd is registered:
@@ -386,6 +424,10 @@ class _Run:
                     os.close(key.fd)
                 elif key.data == "output":
                     self.capture.write(data)
+                elif key.data == "channel":
+                    room = self.channel_limit - len(self.channel)
+                    self.channel += data[:room]
+                    self.channel_overflowed |= len(data) > room
                 else:
                     self._status(data)
         return True

@@ -4,8 +4,9 @@
     check(kv_bytes_per_token)        # a check cell: runs every case of the task this function solves
 
 It uses the same cases, calls and value comparison as the graders (``./course grade`` and the
-cohort grader), so a PASS here is a PASS there. It is only feedback: the graders never rely
-on what a check cell prints, and compute every expected value in a process of their own.
+cohort grader), which run the notebook's cells afresh in the order the learner left them. It
+is only feedback: the graders never rely on what a check cell prints, and compute every
+expected value in a process of their own.
 """
 
 from __future__ import annotations

@@ -517,15 +517,16 @@ def test_h_other_learners_and_the_gradebook_are_out_of_sight(cohort):
     grade = grade_of(cohort, "h_snoop")
     seen = grade.checks[0].message
     assert grade.score == 0
-    assert "root=[] out=[] honest=ENOENT workdirs=1 " in seen, seen
+    assert "root=[] out=[] honest=ENOENT workdirs=0 " in seen, seen  # not even its own: it starts in /tmp/work
 
 
 # --- what a learner's process leaves in its workdir -----------------------------------------------
 
-LEFTOVERS = {
-    "fifo-results": "import os\nos.mkfifo('results.json')\nos._exit(0)",
-    "fifo-progress": "import os\nos.unlink('progress.txt')\nos.mkfifo('progress.txt')\nos._exit(1)",
-    "folder-results": "import os\nos.mkdir('results.json')\nos._exit(0)",
+LEFTOVERS = {  # attacks on the way results come back: the channel, and the scratch space
+    "close-channel": "import os\nos.close(int(os.environ['COURSE_CHANNEL_FD']))",
+    "flood-channel": "import os\nos.write(int(os.environ['COURSE_CHANNEL_FD']), b'x' * (17 * 2**20))\nos._exit(0)",
+    "fill-scratch": ("import os\ntry:\n    with open('big.bin', 'wb') as f:\n        while True:\n"
+                     "            f.write(b'x' * 2**20)\nexcept OSError:\n    pass\nos._exit(0)"),
 }
 LEFTOVER_WAIT_S = 20.0
 

@@ -568,7 +568,7 @@ def test_mounts_are_made_parents_first(monkeypatch, tmp_path):
     outer, inner = tmp_path / "all", tmp_path / "all" / "alice" / "private"
     workdir = tmp_path / "all" / "alice"
     inner.mkdir(parents=True)
-    args = sandbox._mounts(workdir, [outer, inner, tmp_path / "missing"], Limits(memory_bytes=2**30))
+    args = sandbox._mounts(workdir, [outer, inner, tmp_path / "missing"], Limits(memory_bytes=2**30, scratch_bytes=2**28))
     position = {(args[i], args[i + 1]): i for i in range(len(args) - 1)}
     assert position[("--ro-bind", "/")] == 0
     assert position[("--dev", "/dev")] < position[("--dev-bind", "/dev/nvidia0")]
@@ -576,7 +576,7 @@ def test_mounts_are_made_parents_first(monkeypatch, tmp_path):
     assert position[("--tmpfs", str(outer))] < position[("--bind", str(workdir))] < position[("--tmpfs", str(inner))]
     assert position[("--tmpfs", str(inner))] < position[("--remount-ro", str(outer))]
     assert str(tmp_path / "missing") not in args  # nothing there: nothing to hide
-    assert args[args.index("/tmp") - 3:args.index("/tmp")] == ["--size", str(2**30), "--tmpfs"]
+    assert args[args.index("/tmp") - 3:args.index("/tmp")] == ["--size", str(2**28), "--tmpfs"]
     with pytest.raises(ValueError):
         sandbox._mounts(workdir, [workdir], Limits())
 
@@ -586,3 +586,49 @@ def test_limits_must_be_positive():
         Limits(time_s=0)
     with pytest.raises(ValueError):
         Limits(memory_bytes=-1)
+
+
+@isolated
+def test_a_read_only_workdir_and_a_capped_scratch_folder(work):
+    """With ``readonly_workdir`` the program starts in a private, capped /tmp/work: it can read
+    the workdir, write neither it nor more than ``scratch_bytes`` in all (the grader's disk and
+    memory stay safe), and what it sends down its channel comes back, bounded."""
+    (work / "program.json").write_text("{}")
+    code = """
+    import errno, json, os
+    seen = {"cwd": os.getcwd(), "reads": open(sys_argv_1 + "/program.json").read()}
+    try:
+        open(sys_argv_1 + "/results.json", "w")
+    except OSError as error:
+        seen["workdir"] = errno.errorcode[error.errno]
+    try:
+        with open("big.bin", "wb") as big:
+            for _ in range(64):
+                big.write(b"x" * 2**20)
+    except OSError as error:
+        seen["fill"] = errno.errorcode[error.errno]
+    channel = os.fdopen(int(os.environ["COURSE_CHANNEL_FD"]), "w")
+    channel.write(json.dumps(seen) + "\\n" + "y" * 100_000)
+    """.replace("sys_argv_1", repr(str(work)))
+    outcome = run_code(code, work, limits=Limits(time_s=20, scratch_bytes=16 * 2**20), readonly_workdir=True,
+                       channel_limit=50_000)
+    assert outcome.returncode == 0 and outcome.channel_overflowed and len(outcome.channel) == 50_000
+    seen = json.loads(outcome.channel.split(b"\n")[0])
+    assert seen == {"cwd": str(sandbox.SCRATCH_CWD), "reads": "{}", "workdir": "EROFS", "fill": "ENOSPC"}
+    assert sorted(p.name for p in work.iterdir()) == ["program.json"]
+
+
+@isolated
+def test_revealed_paths_show_through_a_hidden_folder(work, tmp_path_factory):
+    home = tmp_path_factory.mktemp("home", numbered=True)
+    (home / "secret.txt").write_text("private")
+    (home / "python").mkdir()
+    (home / "python" / "lib.txt").write_text("needed")
+    code = f"""
+    import os
+    print(sorted(os.listdir({str(home)!r})), open({str(home / "python" / "lib.txt")!r}).read())
+    """
+    log = work / "log.txt"
+    outcome = run_code(code, work, hide=[home], reveal=[home / "python"], log=log)
+    assert outcome.returncode == 0
+    assert log.read_text().strip() == "['python'] needed"
