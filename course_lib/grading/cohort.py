@@ -12,6 +12,7 @@ follow. Nothing a submission does stops the run; each gets a status:
   graded          ran; each task passed or failed on its cases
   timeout         the whole notebook passed the time limit; it was stopped
   crashed         the learner's process died (os._exit, a native crash, out of memory)
+                  (after a timeout or a crash, tasks whose results had come back still count)
   refused         a symbolic link (or a learner folder that is one): hand in the file itself
   malformed       not a readable notebook
   missing         the learner handed nothing in for this exercise
@@ -100,7 +101,8 @@ def grade_cohort(submissions: Path, exercises: list[PreparedExercise],
     with tempfile.TemporaryDirectory(prefix="course-grading-") as scratch, \
             ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         # hidden from every sandbox: every submission, the gradebook, the other runs' folders, the grader's home
-        hide = [submissions.resolve(), Path(scratch), Path.home()] + ([out.resolve()] if out is not None else [])
+        home = [Path.home()] if Path.home().resolve() != Path("/") else []
+        hide = [submissions.resolve(), Path(scratch), *home] + ([out.resolve()] if out is not None else [])
         futures = [pool.submit(grade_submission, learner, exercise, limits=limits, isolate=isolate, hide=hide,
                                cell_timeout_s=cell_timeout_s, scratch_root=Path(scratch))
                    for learner, exercise in work]
