@@ -8,6 +8,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from course_lib.grading.execute import is_checked
 from course_lib.grading.exercise import make_exercise, strip_solution
+from course_lib.grading.grade import grade_notebook, prepare_exercise
 from course_lib.grading.__main__ import grade_file
 from course_lib.grading.__main__ import main as grade_main
 from course_lib.paths import REPO_ROOT
@@ -98,3 +99,12 @@ def test_lessons_are_committed_without_stale_outputs(lesson):
             assert is_checked(cell), "only cells tagged nbval-check-output keep outputs; run --build"
         assert "NBVAL_" not in "".join(cell["source"]), "mark checked cells with a tag, not a comment learners see"
     assert "widgets" not in book["metadata"]
+
+
+def test_without_a_sandbox_the_same_pipeline_gives_the_same_verdicts():
+    """Machines without bubblewrap (a learner's laptop) grade in a plain process group."""
+    exercise = prepare_exercise(REPO_ROOT / "exercises" / "01_paging.ipynb")
+    for folder, score in (("solutions", 4), ("exercises", 0)):
+        book = nbformat.read(REPO_ROOT / folder / "01_paging.ipynb", as_version=4)
+        grade = grade_notebook("me", book, exercise, isolate=False)
+        assert (grade.status, grade.score) == ("graded", score), [c.message for c in grade.checks]
