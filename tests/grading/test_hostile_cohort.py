@@ -38,11 +38,11 @@ from course_lib.grading.cohort import grade_cohort, grade_submission
 from course_lib.grading.grade import prepare_exercise
 from course_lib.grading.gradebook import write_gradebook
 from course_lib.grading.quizzes import collect_quizzes, load_banks
-from course_lib.grading.sandbox import Limits, sandbox_problem
+from course_lib.grading.sandbox import Limits
 from course_lib.paths import REPO_ROOT
+from needs_sandbox import require_sandbox
 from course_lib.quiz.bank import load_bank
 
-IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 PAGING = "01_paging"
 RING = "06_ring_vs_tree"
 TOKEN = f"hostile{uuid.uuid4().hex[:12]}"  # in every file an attack writes and every process it leaves
@@ -52,12 +52,7 @@ DAEMON_GRACE_S = 5.0  # how long after the run the daemon's writes are waited fo
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_sandbox():
-    """Skip on a learner's machine without a working bubblewrap; fail under CI."""
-    problem = sandbox_problem()
-    if problem and IN_CI:
-        pytest.fail(f"CI=true but the hostile-cohort tests cannot run: {problem}", pytrace=False)
-    if problem:
-        pytest.skip(problem)
+    require_sandbox()
 
 
 def student_cells(book):

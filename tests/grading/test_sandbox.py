@@ -25,18 +25,9 @@ import pytest
 from course_lib.grading import sandbox
 from course_lib.grading.sandbox import LOG_LIMIT_BYTES, Limits, Outcome, SandboxError, run_isolated, sandbox_problem
 from course_lib.paths import REPO_ROOT
+from needs_sandbox import require_sandbox
 
-IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 QUICK = Limits(time_s=20, memory_bytes=2 * 2**30)
-
-
-def require_sandbox() -> None:
-    """Skip on a learner's machine without a working bubblewrap; fail under CI."""
-    problem = sandbox_problem()
-    if problem and IN_CI:
-        pytest.fail(f"CI=true but the sandbox tests cannot run: {problem}", pytrace=False)
-    if problem:
-        pytest.skip(problem)
 
 
 @pytest.fixture
