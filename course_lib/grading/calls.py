@@ -124,7 +124,7 @@ def run_cases(fn: Callable, call: str, cases: list[dict], time_limit_s: float) -
                     warnings.simplefilter("ignore")
                     try:
                         outcomes.append({"value": to_plain(caller(fn, *args, **kwargs))})
-                    except OutOfTime:
+                    except (OutOfTime, KeyboardInterrupt):  # time is up, or the learner pressed stop
                         raise
                     except BaseException as error:  # noqa: BLE001 - sys.exit() too is the learner's result
                         outcomes.append({"error": _error_text(error)})
