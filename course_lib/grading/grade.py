@@ -39,7 +39,7 @@ from course_lib.paths import REPO_ROOT
 
 CELL_TIMEOUT_S = 120
 CHANNEL_LIMIT = MAX_TEXT  # bytes of results a learner's process may send back
-REVEAL = (REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix))  # what the learner's process needs, even in a hidden home
+REVEAL = (REPO_ROOT,)  # what the learner's process needs besides Python, even in a hidden home or under /tmp
 
 
 @dataclass(frozen=True)

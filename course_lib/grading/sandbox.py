@@ -203,8 +203,8 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
     everything it started: ``Outcome(None, True)``. Otherwise ``Outcome(exit code, False)``,
     where a program killed by signal N reports 128 + N (as a shell does).
 
-    ``reveal``: paths bound read-only after ``hide`` (a course checkout or a Python inside a
-    hidden home folder, or under /tmp). ``readonly_workdir``: the workdir is bound read-only and
+    ``reveal``: paths bound read-only after ``hide`` (a course checkout inside a hidden home
+    folder, or under /tmp); this Python's own prefixes always are. ``readonly_workdir``: the workdir is bound read-only and
     the program starts in ``/tmp/work`` of its private, capped /tmp, so it can fill neither the
     grader's disk nor its memory beyond ``limits.scratch_bytes`` per tmpfs. ``channel_limit > 0``
     gives the program a pipe, its file descriptor number in ``COURSE_CHANNEL_FD``, whose first
@@ -230,7 +230,8 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
             raise SandboxError(problem)
         bwrap = shutil.which("bwrap")
         can = _probe(bwrap)
-        mounts = _mounts(workdir, hide, limits, can.sized_tmpfs, reveal, readonly_workdir)
+        python = (Path(sys.prefix), Path(sys.base_prefix))  # this Python stays usable (a venv under /tmp, a home)
+        mounts = _mounts(workdir, hide, limits, can.sized_tmpfs, (*python, *reveal), readonly_workdir)
         start_in = SCRATCH_CWD if readonly_workdir else workdir
         if readonly_workdir:
             mounts += ["--dir", str(start_in)]
