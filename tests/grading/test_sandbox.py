@@ -280,7 +280,8 @@ def test_the_filesystem_is_read_only_but_for_the_workdir_and_a_private_tmp(work)
             report["caps"] = [status[name].strip() for name in ("CapEff", "CapPrm", "CapBnd")]
             report["no new privileges"] = status["NoNewPrivs"].strip()
             open("report.json", "w").write(json.dumps(report))
-            """, work, str(work), str(probe), str(on_host_tmp), str(REPO_ROOT / "README.md"), str(inside_only))
+            """, work, str(work), str(probe), str(on_host_tmp), str(REPO_ROOT / "README.md"), str(inside_only),
+            reveal=[REPO_ROOT])  # the checkout, as the grader shows it (a checkout under /tmp would be hidden)
         assert outcome == Outcome(0, False)
         seen = report(work)
         EROFS = 30
