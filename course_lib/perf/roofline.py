@@ -72,3 +72,10 @@ def step_cost(model: ModelSpec, gpu: GPU, requests: list[tuple[int, int]], dtype
     peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     return StepCost(flops, moved, flops / (peak * efficiency.compute),
                     moved / (gpu.hbm_bandwidth * efficiency.memory), efficiency.overhead_s)
+
+
+def ridge_point(gpu: GPU, dtype: str = "bf16") -> float:
+    """FLOPs per byte where the two roofs meet: peak FLOP/s / memory bandwidth. A step with a
+    lower arithmetic intensity is memory-bound, one with a higher intensity compute-bound."""
+    peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    return peak / gpu.hbm_bandwidth
