@@ -17,7 +17,7 @@ from IPython.display import display
 
 from course_lib.perf.hardware import GPU, GPUS, get_gpu
 from course_lib.perf.models import MODELS, ModelSpec, get_model
-from course_lib.perf.roofline import StepCost, step_cost
+from course_lib.perf.roofline import StepCost, ridge_point, step_cost
 from course_lib.widgets.figure_pane import one_at_a_time
 
 PROMPT_LENGTHS = (16, 64, 256, 1024, 4096, 16384)
@@ -46,15 +46,11 @@ def step_points(model: ModelSpec, gpu: GPU, prompt_lengths=PROMPT_LENGTHS, batch
     return points
 
 
-def ridge_point(peak_flops: float, bandwidth: float) -> float:
-    """FLOPs per byte where the bandwidth slope meets the compute roof."""
-    return peak_flops / bandwidth
-
-
-def roofline_figure(name: str, peak_flops: float, bandwidth: float, points: list[StepPoint],
-                    title: str | None = None) -> go.Figure:
-    """The two roofs of a machine (``peak_flops`` FLOP/s, ``bandwidth`` bytes/s) and ``points`` on them."""
-    ridge = ridge_point(peak_flops, bandwidth)
+def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None) -> go.Figure:
+    """The two roofs of ``gpu`` (a preset, or a measured machine's ``MachineRoofline.as_gpu()``)
+    and ``points`` on them."""
+    peak_flops, bandwidth = gpu.bf16_flops, gpu.hbm_bandwidth
+    ridge = ridge_point(gpu)
     intensities = [p.cost.arithmetic_intensity for p in points] or [ridge]
     low, high = min(min(intensities), ridge) / 4, max(max(intensities), ridge) * 4
     roof_x = [low, ridge, high]
@@ -74,13 +70,13 @@ def roofline_figure(name: str, peak_flops: float, bandwidth: float, points: list
                   annotation_text=f"ridge {ridge:.0f} FLOP/byte", annotation_position="top left")
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte moved)")
     fig.update_yaxes(type="log", title="achieved FLOP/s")
-    fig.update_layout(title=title or f"Roofline of {name}", height=430, margin=dict(t=60))
+    fig.update_layout(title=title or f"Roofline of {gpu.name}", height=430, margin=dict(t=60))
     return fig
 
 
 def gpu_roofline(model: ModelSpec, gpu: GPU, context_len: int = 1024) -> go.Figure:
     """The roofline of a GPU preset with ``model``'s prefill and decode steps on it."""
-    return roofline_figure(gpu.name, gpu.bf16_flops, gpu.hbm_bandwidth, step_points(model, gpu, context_len=context_len),
+    return roofline_figure(gpu, step_points(model, gpu, context_len=context_len),
                            title=f"{model.name} on {gpu.name} (bf16): prefill and decode steps on the roofline "
                                  f"({context_len:,} tokens of decode context)")
 
@@ -107,7 +103,7 @@ class RooflineExplorer(w.VBox):
         decode1 = next(p for p in points if p.phase == "decode")
         longest = [p for p in points if p.phase == "prefill"][-1]
         self.readout.value = (
-            f"Ridge point {ridge_point(gpu.bf16_flops, gpu.hbm_bandwidth):.0f} FLOP/byte. "
+            f"Ridge point {ridge_point(gpu):.0f} FLOP/byte. "
             f"Batch-1 decode: {decode1.cost.arithmetic_intensity:.2g} FLOP/byte, {decode1.cost.bound}-bound, "
             f"{decode1.cost.time_s * 1e3:.3g} ms per token. {longest.label.capitalize()}: "
             f"{longest.cost.arithmetic_intensity:.0f} FLOP/byte, {longest.cost.bound}-bound.")
