@@ -46,3 +46,71 @@ class CacheConfig:
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.num_gpu_blocks < 1:
             raise ValueError("block_size and num_gpu_blocks must be at least 1.")
+
+
+SPEC_METHODS = ("ngram", "draft_model")
+_SPEC_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """vLLM's ``speculative_config``: who proposes drafts and how many per step.
+
+    ``method="ngram"`` looks the last ``prompt_lookup_max`` .. ``prompt_lookup_min`` tokens up
+    earlier in the request (both default to 5 when neither is given, and to each other when one
+    is); ``method="draft_model"`` runs ``model`` (a shipped name, a folder or a model object with
+    the target's vocabulary). ``num_speculative_tokens`` (k) drafts cost k extra budget tokens.
+    """
+
+    method: str
+    num_speculative_tokens: int
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
+    model: object = None
+
+    def __post_init__(self) -> None:
+        if self.method not in SPEC_METHODS:
+            raise ValueError(f"speculative_config method must be one of {SPEC_METHODS}, got {self.method!r}.")
+        k = self.num_speculative_tokens
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"speculative_config num_speculative_tokens must be a positive int, got {k!r}; "
+                             "use 1 to 8 drafts per step (or drop speculative_config to turn speculation off).")
+        if self.method == "ngram":
+            if self.model is not None:
+                raise ValueError("speculative_config method='ngram' takes no 'model'; drop it, or use "
+                                 "method='draft_model'.")
+            low, high = self.prompt_lookup_min, self.prompt_lookup_max
+            if low is None and high is None:
+                low = high = 5
+            low, high = (high if low is None else low), (low if high is None else high)
+            if not (isinstance(low, int) and isinstance(high, int)) or low < 1 or high < low:
+                raise ValueError(f"speculative_config needs 1 <= prompt_lookup_min <= prompt_lookup_max, got "
+                                 f"{self.prompt_lookup_min!r} and {self.prompt_lookup_max!r}.")
+            object.__setattr__(self, "prompt_lookup_min", low)
+            object.__setattr__(self, "prompt_lookup_max", high)
+        else:
+            if self.model is None:
+                raise ValueError("speculative_config method='draft_model' needs 'model': a shipped draft such as "
+                                 "'tiny-llama-draft', a checkpoint folder, or a model object.")
+            if self.prompt_lookup_min is not None or self.prompt_lookup_max is not None:
+                raise ValueError("prompt_lookup_min/prompt_lookup_max belong to method='ngram'; drop them for "
+                                 "method='draft_model'.")
+
+    @classmethod
+    def from_dict(cls, settings: "dict | SpeculativeConfig") -> "SpeculativeConfig":
+        """Validate a user's dict; a ``model`` without ``method`` means ``draft_model`` (as in vLLM)."""
+        if isinstance(settings, cls):
+            return settings
+        if not isinstance(settings, dict):
+            raise TypeError(f"speculative_config must be a dict, got {type(settings).__name__}.")
+        unknown = sorted(set(settings) - set(_SPEC_KEYS))
+        if unknown:
+            raise ValueError(f"speculative_config has unknown keys {unknown}; the known keys are {list(_SPEC_KEYS)}.")
+        settings = dict(settings)
+        if "method" not in settings:
+            if settings.get("model") is None:
+                raise ValueError("speculative_config needs 'method' ('ngram' or 'draft_model').")
+            settings["method"] = "draft_model"
+        if "num_speculative_tokens" not in settings:
+            raise ValueError("speculative_config needs 'num_speculative_tokens', the drafts per step (e.g. 4).")
+        return cls(**settings)

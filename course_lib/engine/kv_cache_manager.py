@@ -5,7 +5,10 @@ Rules (vLLM V1):
     and never covers the last prompt token (it must be computed to produce logits);
   * ``allocate_slots`` answers None when the blocks do not fit, never raises: the scheduler
     then preempts or waits. Cache hits on free blocks do not count as free capacity;
-  * blocks are freed tail-first, so a request's last blocks are evicted before its first.
+  * blocks are freed tail-first, so a request's last blocks are evicted before its first;
+  * slots for speculative drafts are allocated like any token's, but a block is cached only
+    once verified tokens fill it (``request.block_hashes`` never covers drafts), and
+    ``rollback`` returns the blocks that only rejected drafts used.
 """
 
 from __future__ import annotations
@@ -83,6 +86,17 @@ class KVCacheManager:
         for index in range(start, end):
             self.block_pool.cache_full_block(blocks[index], request.block_hashes[index])
         self.num_cached_blocks[request.request_id] = max(start, end)
+
+    def rollback(self, request: Request) -> None:
+        """After verifying drafts: free the blocks past ``request.num_computed_tokens`` (they held
+        rejected drafts only, never a hash) tail-first, and cache the blocks that verified tokens
+        have just filled."""
+        blocks = self.req_to_blocks[request.request_id]
+        keep = -(-request.num_computed_tokens // self.block_size)
+        if len(blocks) > keep:
+            self.block_pool.free_blocks(list(reversed(blocks[keep:])))
+            del blocks[keep:]
+        self._cache_full_blocks(request, blocks, request.num_computed_tokens)
 
     def free(self, request: Request) -> None:
         """Release every block of ``request``, last block first."""

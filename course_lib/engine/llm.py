@@ -3,6 +3,11 @@
 One ``step()`` = schedule, run the model once on the flat batch, append sampled tokens,
 retire finished requests. ``generate`` adds every prompt, then steps until all finish.
 Every step is recorded in ``step_trace`` for the lessons to draw.
+
+With ``speculative_config`` (vLLM's keys), a proposer drafts up to k tokens for every decoding
+request after each step; the next step verifies them in the same target pass as everything
+else. ``spec_decode_stats`` sums the acceptance counts of all finished requests; each
+request's own are on its ``RequestOutput.metrics[i].spec_decode_stats``.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ from typing import Callable
 
 import torch
 
-from course_lib.engine.config import CacheConfig, SchedulerConfig
+from course_lib.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
-from course_lib.engine.metrics import StepRecord
+from course_lib.engine.metrics import SpecDecodeStats, StepRecord
 from course_lib.engine.model_runner import ModelRunner
 from course_lib.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from course_lib.engine.proposers import DraftModelProposer, NgramProposer
 from course_lib.engine.request import Request, RequestStatus
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.scheduler import Scheduler
@@ -48,6 +54,7 @@ class LLM:
         device: str | None = None,
         dtype: torch.dtype | None = None,
         attention_backend: str | None = None,
+        speculative_config: dict | SpeculativeConfig | None = None,
     ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -76,6 +83,10 @@ class LLM:
         # Triton kernels where they compile; on a CPU they only run in the (slow) interpreter.
         attention_backend = attention_backend or ("triton" if device.startswith("cuda") else "torch")
         self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, attention_backend)
+        self.speculative_config = None if speculative_config is None else SpeculativeConfig.from_dict(speculative_config)
+        self.proposer = self._make_proposer(self.speculative_config, dtype, device)
+        self.spec_decode_stats = (SpecDecodeStats(self.speculative_config.num_speculative_tokens)
+                                  if self.speculative_config else None)
         self.step_trace: list[StepRecord] = []
         self._generators: dict[str, torch.Generator] = {}
         self._ids = itertools.count()
@@ -91,6 +102,34 @@ class LLM:
         total = torch.cuda.get_device_properties(device).total_memory
         budget = utilization * total - torch.cuda.memory_allocated(device)
         return int(0.9 * budget // block_bytes)
+
+    def _make_proposer(self, spec: SpeculativeConfig | None, dtype: torch.dtype, device: str):
+        if spec is None:
+            return None
+        k = spec.num_speculative_tokens
+        if spec.method == "ngram":
+            return NgramProposer(k, spec.prompt_lookup_min, spec.prompt_lookup_max)
+        draft = spec.model
+        if isinstance(draft, LlamaForCausalLM):
+            draft = draft.to(device=device, dtype=dtype).eval()
+        else:
+            draft, _ = load_model(draft, dtype=dtype, device=device)
+        if draft.config.vocab_size != self.model.config.vocab_size:
+            raise ValueError(f"The draft model's vocabulary ({draft.config.vocab_size} tokens) differs from the "
+                             f"target's ({self.model.config.vocab_size}); use a draft trained with the same tokenizer.")
+        return DraftModelProposer(draft, k, self.scheduler_config.max_num_seqs, self.scheduler_config.max_model_len)
+
+    def _propose(self, sampled: dict) -> None:
+        """Draft tokens for every running request that got a token this step and is decoding."""
+        running = self.scheduler.running
+        self.proposer.release({r.request_id for r in running})
+        ready = [r for r in running if r.request_id in sampled and r.num_tokens - r.num_computed_tokens == 1]
+        if not ready:
+            return
+        drafts = self.proposer.propose(ready, [r.room() - 1 for r in ready], self._generators)
+        for request, draft in zip(ready, drafts):
+            request.spec_token_ids, request.spec_probs = draft.token_ids, draft.probs
+            request.spec_stats.num_proposed_tokens += len(draft.token_ids)
 
     # --- requests --------------------------------------------------------------------
     def _encode(self, prompt: str | list[int]) -> list[int]:
@@ -119,7 +158,9 @@ class LLM:
                 self._generators[child_id] = torch.Generator().manual_seed(child.seed)
             self.scheduler.add_request(Request(
                 child_id, prompt_ids, child, self.model.config.eos_token_id, time.perf_counter(),
-                self.cache_config.block_size, self.scheduler_config.max_model_len, cache_salt))
+                self.cache_config.block_size, self.scheduler_config.max_model_len, cache_salt,
+                spec_stats=SpecDecodeStats(self.speculative_config.num_speculative_tokens)
+                if self.speculative_config else None))
             ids.append(child_id)
         return ids
 
@@ -136,6 +177,10 @@ class LLM:
             sampled = self.runner.execute(batch, self._generators)
             model_time = time.perf_counter() - model_started
         finished = self.scheduler.update_from_output(plan, sampled, time.perf_counter())
+        if self.proposer is not None:
+            proposal_started = time.perf_counter()
+            self._propose(sampled)
+            model_time += time.perf_counter() - proposal_started  # the draft model's forward passes
         pool = self.kv_cache_manager.block_pool
         self.step_trace.append(StepRecord(
             step=len(self.step_trace), scheduled=dict(plan.num_scheduled_tokens),
@@ -146,6 +191,8 @@ class LLM:
             wall_time_s=time.perf_counter() - started, model_time_s=model_time))
         for request in finished:
             self._generators.pop(request.request_id, None)
+            if request.spec_stats is not None:
+                self.spec_decode_stats.merge(request.spec_stats)
         return finished
 
     def generate(self, prompts: str | list[str] | list[list[int]], sampling_params: SamplingParams | None = None,
@@ -174,5 +221,5 @@ class LLM:
         first = requests[0]
         return RequestOutput(request_id, prompt if isinstance(prompt, str) else None,
                              list(first.prompt_token_ids), completions,
-                             [RequestMetrics(r.arrival_time, list(r.token_times)) for r in requests],
+                             [RequestMetrics(r.arrival_time, list(r.token_times), r.spec_stats) for r in requests],
                              max(0, first.num_cached_tokens))

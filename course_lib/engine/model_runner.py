@@ -3,16 +3,19 @@
 The KV cache is one tensor per layer, ``[2, num_blocks, block_size, kv_heads, head_dim]``,
 allocated once. Each step's new tokens from all requests become one flat batch; only
 requests whose last uncomputed token is in this step get logits (and a sampled token).
+A request verifying ``j`` speculative drafts gets ``j + 1`` logits rows from the same pass (its
+last token's and each draft's), and the rejection sampler turns them into 1 to ``j + 1`` tokens.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from course_lib.engine.attention import AttentionMetadata, build_metadata
+from course_lib.engine.rejection_sampler import rejection_sample
 from course_lib.engine.request import Request
 from course_lib.engine.sampler import sample
 from course_lib.engine.scheduler import SchedulerOutput
@@ -46,6 +49,7 @@ class ModelInput:
     sampling: list[Request]  # requests that get a token this step, in logits row order
     swap_out: list[tuple[int, int]]
     swap_in: list[tuple[int, int]]
+    drafts: list[list[int]] = field(default_factory=list)  # per sampling request: drafts it verifies
 
 
 class ModelRunner:
@@ -80,31 +84,46 @@ class ModelRunner:
                 block_tables: dict[str, list[int]]) -> ModelInput:
         """Flatten the step's new tokens, their positions and slots, and the attention metadata."""
         ids, positions, slots, query_lens, seq_lens, tables, logit_rows, sampling = [], [], [], [], [], [], [], []
+        all_drafts = []
         for request_id, count in out.num_scheduled_tokens.items():
             request = requests[request_id]
             first, last = request.num_computed_tokens, request.num_computed_tokens + count
+            drafts = out.spec_token_ids.get(request_id, [])
             table = block_tables[request_id]
-            ids += request.token_ids(first, last)
+            ids += request.token_ids(first, last - len(drafts)) + drafts
             positions += range(first, last)
             slots += [table[p // self.block_size] * self.block_size + p % self.block_size for p in range(first, last)]
             query_lens.append(count)
             seq_lens.append(last)
             tables.append(table)
-            if last == request.num_tokens:
-                logit_rows.append(len(ids) - 1)
+            if last - len(drafts) == request.num_tokens:
+                logit_rows += range(len(ids) - 1 - len(drafts), len(ids))
                 sampling.append(request)
+                all_drafts.append(drafts)
         device = self.device
         return ModelInput(
             torch.tensor(ids, device=device), torch.tensor(positions, device=device),
             self.build_metadata(slots, query_lens, seq_lens, tables, self.block_size, device),
             torch.tensor(logit_rows, device=device, dtype=torch.long), sampling, out.swap_out, out.swap_in,
+            all_drafts,
         )
 
     @torch.inference_mode()
-    def execute(self, batch: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int]:
-        """Move swapped KV, run the forward pass, and sample for every request that reached its end."""
+    def execute(self, batch: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
+        """Move swapped KV, run the forward pass, and sample for every request that reached its end:
+        one token, or (with drafts) the verified run of drafts plus one."""
         self._copy_blocks(batch.swap_out, to_cpu=True)
         self._copy_blocks(batch.swap_in, to_cpu=False)
         logits = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.metadata, batch.logits_indices)
-        return {r.request_id: sample(row, r.sampling_params, generators.get(r.request_id))
-                for r, row in zip(batch.sampling, logits)}
+        drafts_of = batch.drafts or [[]] * len(batch.sampling)
+        sampled, row = {}, 0
+        for request, drafts in zip(batch.sampling, drafts_of):
+            generator = generators.get(request.request_id)
+            if not drafts:
+                sampled[request.request_id] = sample(logits[row], request.sampling_params, generator)
+            else:
+                probs = None if request.spec_probs is None else request.spec_probs[:len(drafts)]
+                sampled[request.request_id], _ = rejection_sample(logits[row:row + len(drafts) + 1], drafts, probs,
+                                                                  request.sampling_params, generator)
+            row += len(drafts) + 1
+        return sampled

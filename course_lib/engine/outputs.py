@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from course_lib.engine.metrics import SpecDecodeStats
+
 
 @dataclass(frozen=True)
 class CompletionOutput:
@@ -15,10 +17,12 @@ class CompletionOutput:
 
 @dataclass(frozen=True)
 class RequestMetrics:
-    """Wall-clock times in seconds: arrival, then one entry per generated token."""
+    """Wall-clock times in seconds: arrival, then one entry per generated token (tokens verified
+    in one step share its time). ``spec_decode_stats``: drafts and acceptance, when speculating."""
 
     arrival_time: float
     token_times: list[float]
+    spec_decode_stats: SpecDecodeStats | None = None
 
     @property
     def first_token_time(self) -> float:

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from course_lib.engine.block_hash import BlockHash, hash_request_blocks
+from course_lib.engine.metrics import SpecDecodeStats
 from course_lib.engine.sampling_params import SamplingParams
 
 
@@ -20,7 +21,12 @@ class RequestStatus(enum.Enum):
 @dataclass(eq=False, slots=True)
 class Request:
     """Invariant: ``num_computed_tokens <= num_tokens``; tokens past ``num_computed_tokens`` still
-    need a forward pass (the prompt's rest, or the last sampled token)."""
+    need a forward pass (the prompt's rest, or the last sampled token).
+
+    ``spec_token_ids`` are unverified drafts that follow the last sampled token (never part of
+    ``num_tokens`` or of any block hash); ``spec_probs`` their draft distributions, or None
+    for a point-mass proposer. A step computes at most ``num_tokens + len(spec_token_ids)``
+    tokens; drafts the target rejects are rolled back out of ``num_computed_tokens``."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -38,6 +44,9 @@ class Request:
     num_preemptions: int = 0
     num_cached_tokens: int = -1  # prefix-cache hit on first scheduling; -1 until then
     num_tokens: int = field(init=False)  # prompt + output, kept by append_output_token
+    spec_token_ids: list[int] = field(default_factory=list)
+    spec_probs: object = None  # torch.Tensor [len(spec_token_ids), vocab] or None
+    spec_stats: SpecDecodeStats | None = None  # set when the engine speculates
 
     def __post_init__(self) -> None:
         self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
@@ -64,6 +73,10 @@ class Request:
         self.token_times.append(now)
         if self.num_tokens % self.block_size == 0:  # a block just became full
             self.update_block_hashes()
+
+    def room(self) -> int:
+        """Tokens this request may still emit before ``max_tokens`` or ``max_model_len`` stops it."""
+        return min(self.sampling_params.max_tokens - len(self.output_token_ids), self.max_model_len - self.num_tokens)
 
     def check_stop(self) -> bool:
         """Finish on EOS (unless ``ignore_eos``), at ``max_tokens`` or at ``max_model_len``; True if finished."""

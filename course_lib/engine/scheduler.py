@@ -10,6 +10,12 @@ Each step (vLLM V1 rules):
   3. then, only if nothing was preempted this step, waiting requests are admitted in order,
      with their prefix-cache hits, until one does not fit (head-of-line), the budget is spent
      or ``max_num_seqs`` requests run. The ``static`` policy admits only into an empty batch.
+
+Speculative decoding: a decoding request carrying k drafts asks for 1 + k tokens (fewer drafts
+when the budget, ``max_tokens`` or ``max_model_len`` leave less room), and its KV slots cover the
+drafts too. ``update_from_output`` takes back the rejected drafts: computed tokens drop to the
+verified ones and blocks past them return to the pool, so a request never holds more blocks
+than its verified tokens need, and only verified full blocks are ever hashed.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class SchedulerOutput:
     swap_out: list[tuple[int, int]] = field(default_factory=list)
     swap_in: list[tuple[int, int]] = field(default_factory=list)
     prefix_hit_tokens: int = 0
+    spec_token_ids: dict[str, list[int]] = field(default_factory=dict)  # drafts sent for verification
 
 
 class Scheduler:
@@ -54,6 +61,8 @@ class Scheduler:
 
     def _tokens_wanted(self, request: Request, budget: int, cached: int = 0) -> int:
         wanted = request.num_tokens - request.num_computed_tokens - cached
+        if request.spec_token_ids:  # only a decoding request has drafts: 1 + k, if the room allows k
+            wanted += min(len(request.spec_token_ids), request.room() - 1)
         if self.config.long_prefill_token_threshold:
             wanted = min(wanted, self.config.long_prefill_token_threshold)
         return min(wanted, budget)
@@ -73,6 +82,9 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 break
             out.num_scheduled_tokens[request.request_id] = tokens
+            num_drafts = tokens - (request.num_tokens - request.num_computed_tokens)
+            if num_drafts > 0:
+                out.spec_token_ids[request.request_id] = request.spec_token_ids[:num_drafts]
             budget -= tokens
             index += 1
         if not out.preempted and not (self.config.policy == "static" and self.running):
@@ -107,6 +119,7 @@ class Scheduler:
             self.swapped[request.request_id] = cpu
         else:
             request.num_computed_tokens = 0
+        request.spec_token_ids, request.spec_probs = [], None  # proposed again once it runs
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
@@ -120,18 +133,36 @@ class Scheduler:
             out.swap_in += list(zip(cpu, self.kv.block_ids(request.request_id)))
             self.free_cpu_blocks.extend(cpu)
 
-    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int], now: float) -> list[Request]:
-        """Advance computed tokens, append sampled tokens, and retire finished requests."""
+    def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | list[int]],
+                           now: float) -> list[Request]:
+        """Advance computed tokens, append sampled tokens (one, or a verified run of drafts plus
+        one), roll back rejected drafts, and retire finished requests. A stop token or
+        ``max_tokens`` inside a run truncates it."""
         finished = []
         for request_id, tokens in out.num_scheduled_tokens.items():
             request = self.requests[request_id]
             request.num_computed_tokens += tokens
             if request_id not in sampled:
                 continue  # a prefill chunk that has not reached the last prompt token yet
-            request.append_output_token(sampled[request_id], now)
-            if request.check_stop():
+            new = sampled[request_id]
+            new = [new] if isinstance(new, int) else new
+            num_drafts = len(out.spec_token_ids.get(request_id, ()))
+            request.num_computed_tokens -= num_drafts - (len(new) - 1)  # rejected drafts were not computed
+            request.spec_token_ids, request.spec_probs = [], None
+            decoding, emitted, done = bool(request.output_token_ids), 0, False
+            for token in new:
+                request.append_output_token(token, now)
+                emitted += 1
+                if request.check_stop():
+                    done = True
+                    break
+            if request.spec_stats is not None and decoding:
+                request.spec_stats.record(num_drafts, len(new) - 1, emitted)
+            if done:
                 self.kv.free(request)
                 self.running.remove(request)
                 del self.requests[request_id]
                 finished.append(request)
+            elif num_drafts:
+                self.kv.rollback(request)
         return finished
