@@ -64,7 +64,7 @@ def workload(seed: int, num_prompts: int, shared_prefix: int, repetitive: bool) 
     return prompts
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     seed=st.integers(0, 10_000),
     method=st.sampled_from(["ngram", "draft_model", "draft_model_self"]),
