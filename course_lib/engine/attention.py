@@ -8,17 +8,20 @@ positions of its ``seq_lens[r]`` tokens. ``build_metadata`` does the index arith
 per step; every layer then only gathers and attends.
 
 Decoding requests (one new token each) are sorted by context length and attended in small
-padded buckets, so a short request never pays for the longest one's padding.
+padded buckets, so a short request never pays for the longest one's padding. Requests with a
+few new tokens (a speculative verification: the last token plus k drafts, or a short prefill
+chunk) are bucketed the same way, padded to the bucket's longest query with a causal mask.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 DECODE_BUCKET = 8  # decoding requests per padded attention call
+SHORT_QUERY = 8  # requests with 2..SHORT_QUERY new tokens share padded calls too
 
 
 @dataclass
@@ -28,6 +31,17 @@ class DecodeBucket:
     rows: torch.Tensor  # [B]
     block_tables: torch.Tensor  # [B, max_blocks], padded with block 0
     mask: torch.Tensor  # [B, 1, 1, max_blocks * block_size], True inside the context
+
+
+@dataclass
+class ShortQueryBucket:
+    """Requests with a few new tokens each: query rows ``[B, Q]`` (short ones repeat their last
+    row), which of them are real, block tables and a causal mask."""
+
+    rows: torch.Tensor  # [B, Q]
+    valid: torch.Tensor  # [B, Q] bool
+    block_tables: torch.Tensor  # [B, max_blocks]
+    mask: torch.Tensor  # [B, 1, Q, max_blocks * block_size]
 
 
 @dataclass
@@ -48,6 +62,7 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor  # [num_tokens]
     decodes: list[DecodeBucket]
     prefills: list[PrefillGroup]
+    short: list[ShortQueryBucket] = field(default_factory=list)
 
     def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         write_kv(kv_cache, k, v, self.slot_mapping)
@@ -78,9 +93,22 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
         mask = torch.arange(tables.shape[1] * block_size, device=device) < lens[:, None]
         decodes.append(DecodeBucket(torch.tensor([starts[r] for r in bucket], device=device), tables,
                                     mask[:, None, None, :]))
+    short = sorted((r for r, n in enumerate(query_lens) if 1 < n <= SHORT_QUERY), key=lambda r: seq_lens[r])
+    shorts = []
+    for first in range(0, len(short), DECODE_BUCKET):
+        bucket = short[first:first + DECODE_BUCKET]
+        width = max(query_lens[r] for r in bucket)
+        offsets = [[min(i, query_lens[r] - 1) for i in range(width)] for r in bucket]
+        rows = torch.tensor([[starts[r] + i for i in row] for r, row in zip(bucket, offsets)], device=device)
+        query_pos = torch.tensor([[seq_lens[r] - query_lens[r] + i for i in row] for r, row in zip(bucket, offsets)],
+                                 device=device)
+        valid = torch.tensor([[i < query_lens[r] for i in range(width)] for r in bucket], device=device)
+        tables = pad_block_tables([block_tables[r] for r in bucket], device)
+        mask = torch.arange(tables.shape[1] * block_size, device=device) <= query_pos[:, :, None]
+        shorts.append(ShortQueryBucket(rows, valid, tables, mask[:, None]))
     prefills = []
     for r, n in enumerate(query_lens):
-        if n == 1:
+        if n <= SHORT_QUERY:
             continue
         tables = pad_block_tables([block_tables[r]], device)
         query_pos = torch.arange(seq_lens[r] - n, seq_lens[r], device=device)
@@ -90,6 +118,7 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
         slot_mapping=torch.tensor(slot_mapping, device=device),
         decodes=decodes,
         prefills=prefills,
+        short=shorts,
     )
 
 
@@ -118,6 +147,9 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
     for bucket in meta.decodes:
         attended = _attend(q[bucket.rows].unsqueeze(1), *_gather(kv_cache, bucket.block_tables), bucket.mask, scale)
         out[bucket.rows] = attended.squeeze(1)
+    for bucket in meta.short:
+        attended = _attend(q[bucket.rows], *_gather(kv_cache, bucket.block_tables), bucket.mask, scale)
+        out[bucket.rows[bucket.valid]] = attended[bucket.valid]
     for group in meta.prefills:
         rows = slice(group.start, group.start + group.num_queries)
         out[rows] = _attend(q[rows].unsqueeze(0), *_gather(kv_cache, group.block_tables), group.mask, scale)[0]
