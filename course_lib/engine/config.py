@@ -59,7 +59,7 @@ class SpeculativeConfig:
     ``method="ngram"`` looks the last ``prompt_lookup_max`` .. ``prompt_lookup_min`` tokens up
     earlier in the request (both default to 5 when neither is given, and to each other when one
     is); ``method="draft_model"`` runs ``model`` (a shipped name, a folder or a model object with
-    the target's vocabulary). ``num_speculative_tokens`` (k) drafts cost k extra budget tokens.
+    the target's vocabulary; an object is moved to the engine's device and dtype in place). ``num_speculative_tokens`` (k) drafts cost k extra budget tokens.
     """
 
     method: str
