@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from course_lib.checks import require_positive
 from course_lib.engine.request import Request
-from course_lib.engine.simulated import PLACEHOLDER_TOKEN, SimulatedEngine, cycle_collector_paused, percentile
+from course_lib.engine.simulated import SimulatedEngine, cycle_collector_paused, percentile
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.serving import kv_transfer

@@ -11,6 +11,7 @@ from course_lib.engine.llm import LLM
 from course_lib.models.llama import LlamaConfig, LlamaForCausalLM
 from course_lib.engine.sampling_params import SamplingParams
 from tests.engine.test_engine_equivalence import GREEDY, check_invariants, reference
+from tests.engine.test_engine_equivalence import run as run_engine
 
 
 def small_draft() -> LlamaForCausalLM:
@@ -32,20 +33,9 @@ def check_spec_invariants(llm: LLM) -> None:
 
 
 def run(llm: LLM, prompts: list[list[int]], arrivals: list[int], params=GREEDY) -> dict[int, list[int]]:
-    """Add prompt i at step arrivals[i]; step to the end checking invariants; then assert no leaked block."""
-    ids, outputs, step = {}, {}, 0
-    while len(outputs) < len(prompts):
-        for i, arrival in enumerate(arrivals):
-            if arrival == step:
-                ids[llm.add_request(prompts[i], params)[0]] = i
-        for request in llm.step():
-            outputs[ids[request.request_id]] = request.output_token_ids
-        check_spec_invariants(llm)
-        step += 1
-        assert step < 2000, "the engine stopped making progress"
-    pool = llm.kv_cache_manager.block_pool
-    assert pool.num_free_blocks == len(pool.blocks) and all(b.ref_cnt == 0 for b in pool.blocks)  # no leak
-    assert not llm.proposer.__dict__.get("rows")  # the draft model's rows are all given back too
+    """The central test's run with the speculative invariants; the draft model's rows are all given back too."""
+    outputs = run_engine(llm, prompts, arrivals, params, check=check_spec_invariants)
+    assert not llm.proposer.__dict__.get("rows")
     return outputs
 
 
