@@ -90,9 +90,10 @@ class SpecDecodeStats:
 
     @property
     def acceptance_rate_per_pos(self) -> list[float]:
-        """Share of the drafts sent at position i = 1..k that were accepted (accepting draft i needs
-        drafts 1..i-1 accepted too, so this falls with i; vLLM reports the same per position)."""
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_tokens_per_pos, self.draft_tokens_per_pos)]
+        """Per position i = 1..k, the share of verification steps whose draft i was accepted (vLLM's
+        definition: accepted at i / steps). Accepting draft i needs drafts 1..i-1 accepted too, so
+        it never rises with i; a step that sent fewer than i drafts counts as not accepted at i."""
+        return [a / self.num_drafts if self.num_drafts else 0.0 for a in self.accepted_tokens_per_pos]
 
     @property
     def mean_tokens_per_step(self) -> float:

@@ -15,7 +15,9 @@ Speculative decoding: a decoding request carrying k drafts asks for 1 + k tokens
 when the budget, ``max_tokens`` or ``max_model_len`` leave less room), and its KV slots cover the
 drafts too. ``update_from_output`` takes back the rejected drafts: computed tokens drop to the
 verified ones and blocks past them return to the pool, so a request never holds more blocks
-than its verified tokens need, and only verified full blocks are ever hashed.
+than its verified tokens need, and only verified full blocks are ever hashed. As in vLLM, drafts
+are charged in queue order like any other tokens: under a small budget an early request's drafts
+can take the tokens a later running request needed, so speculation can then take more steps.
 """
 
 from __future__ import annotations

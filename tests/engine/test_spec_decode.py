@@ -121,8 +121,16 @@ def test_stats_arithmetic():
     assert stats.conditional_acceptance_rate == 4 / (2 + 3 + 1)
     assert stats.mean_tokens_per_step == 1 + 4 / 3
     assert stats.tokens_per_decode_step == 8 / 4
+    assert stats.acceptance_rate_per_pos == [2 / 3, 1 / 3, 1 / 3]  # vLLM's definition: over verification steps
     a = 4 / 6
     assert abs(stats.predicted_tokens_per_step() - (1 - a ** 4) / (1 - a)) < 1e-12
+
+
+def test_no_drafts_are_proposed_when_no_step_could_send_them(tiny_model):
+    """A prefill cap of 1 token leaves no room for drafts: the proposer must not run at all."""
+    llm = engine(tiny_model, self_draft(tiny_model, 4), long_prefill_token_threshold=1)
+    llm.generate([[5, 6, 7]], GREEDY)
+    assert llm.spec_decode_stats.num_proposed_tokens == 0 and llm.spec_decode_stats.num_draft_tokens == 0
 
 
 def test_seeded_sampling_with_speculation_is_reproducible(tiny_model):
