@@ -14,3 +14,9 @@ def require_fraction(name: str, value: float) -> None:
     require_positive(name, value)
     if value > 1:
         raise ValueError(f"{name} is a fraction of memory and must be at most 1, got {value!r}.")
+
+
+def require_probability(name: str, value: float) -> None:
+    """Raise ValueError unless ``value`` is a number in ``[0, 1]``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{name} is a probability and must lie in [0, 1], got {value!r}.")

@@ -123,7 +123,7 @@ class _DecodeInstance(_Instance):
     def _add(self, request_id: str, item: WorkloadRequest) -> None:
         super()._add(request_id, item)
         request: Request = self.scheduler.requests[request_id]
-        request.append_output_token(self._next_token(request), item.arrival_time)
+        request.append_output_token(self._next_tokens(request, 0)[0], item.arrival_time)
         request.num_computed_tokens = len(request.prompt_token_ids)
 
 

@@ -123,15 +123,11 @@ class LLM:
         """Draft tokens for every running request that got a token this step and is decoding."""
         running = self.scheduler.running
         self.proposer.release({r.request_id for r in running})
-        config = self.scheduler_config
-        step_cap = config.max_num_batched_tokens - 1  # a step never sends more drafts than its budget leaves
-        if config.long_prefill_token_threshold:
-            step_cap = min(step_cap, config.long_prefill_token_threshold - 1)
         ready = [r for r in running if r.request_id in sampled and r.num_tokens - r.num_computed_tokens == 1
-                 and min(r.room() - 1, step_cap) > 0]
+                 and self.scheduler.draft_room(r) > 0]
         if not ready:
             return
-        drafts = self.proposer.propose(ready, [min(r.room() - 1, step_cap) for r in ready], self._generators)
+        drafts = self.proposer.propose(ready, [self.scheduler.draft_room(r) for r in ready], self._generators)
         for request, draft in zip(ready, drafts):
             request.spec_token_ids, request.spec_probs = draft.token_ids, draft.probs
             request.spec_stats.num_proposed_tokens += len(draft.token_ids)

@@ -54,6 +54,15 @@ class Scheduler:
         self.swapped: dict[str, list[int]] = {}  # request id -> CPU blocks holding its KV
         self.total_preemptions = 0
 
+    def draft_room(self, request: Request) -> int:
+        """How many drafts one step can verify for ``request``: its room to emit tokens minus the one
+        the target always adds, and never more than the budget (or the per-request prefill cap)
+        leaves beside that token. 0 means: do not propose."""
+        cap = self.config.max_num_batched_tokens - 1
+        if self.config.long_prefill_token_threshold:
+            cap = min(cap, self.config.long_prefill_token_threshold - 1)
+        return max(0, min(request.room() - 1, cap))
+
     def add_request(self, request: Request) -> None:
         self.requests[request.request_id] = request
         self.waiting.append(request)

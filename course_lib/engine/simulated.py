@@ -6,6 +6,10 @@ A step that swaps KV blocks to or from CPU memory also waits for those copies ov
     engine = SimulatedEngine(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), max_num_batched_tokens=2048)
     report = engine.run(document_among_chats())
 
+With ``speculation`` (``simulated_speculation.SimulatedSpeculation``) decoding requests carry
+drafts that the scheduler charges and rolls back exactly as in the real engine; acceptance is
+drawn at the given rate, and the draft model's passes are added to the clock.
+
 Output tokens are the workload's ``output_token_ids`` where it gives them (so later turns that
 quote an answer hit the prefix cache) and placeholders otherwise; generation length comes from
 the workload. Everything the scheduler decides (budgets, chunking, preemption, prefix hits) is
@@ -16,13 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import random
 from dataclasses import dataclass, field
 
 from course_lib.engine.config import SchedulerConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
+from course_lib.engine.metrics import SpecDecodeStats
 from course_lib.engine.request import Request
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.scheduler import Scheduler
+from course_lib.engine.simulated_speculation import SimulatedSpeculation
 from course_lib.perf.hardware import GPU
 from course_lib.perf.kv import model_kv_bytes_per_token, plan_kv_cache
 from course_lib.perf.models import ModelSpec
@@ -43,6 +50,7 @@ class SimulatedStep:
     preempted: int
     bound: str
     swap_s: float = 0.0  # part of duration_s spent copying swapped blocks over PCIe
+    draft_s: float = 0.0  # part of duration_s the draft model spent proposing for the next step
 
 
 @contextlib.contextmanager
@@ -82,11 +90,13 @@ class SimulationReport:
     steps: list[SimulatedStep]
     ttft: dict[str, list[float]] = field(default_factory=dict)  # tag -> TTFT of each request (s)
     itl: dict[str, list[float]] = field(default_factory=dict)  # tag -> every inter-token gap (s)
+    itl_per_request: list[list[float]] = field(default_factory=list)  # each finished request's gaps (s)
     output_tokens: int = 0
     preemptions: int = 0
     max_preemptions_per_request: int = 0  # the most times one request was preempted
     tokens_needed: int = 0
     prefix_hit_rate: float = 0.0
+    spec_decode_stats: SpecDecodeStats | None = None  # summed over finished requests, with speculation
 
     @property
     def duration_s(self) -> float:
@@ -116,7 +126,7 @@ class SimulatedEngine:
                  num_gpu_blocks: int | None = None, enable_prefix_caching: bool = True,
                  long_prefill_token_threshold: int = 0, preemption_mode: str = "recompute",
                  scheduling_policy: str = "continuous", dtype: str = "bf16",
-                 efficiency: Efficiency = Efficiency()) -> None:
+                 efficiency: Efficiency = Efficiency(), speculation: SimulatedSpeculation | None = None) -> None:
         max_model_len = max_model_len or model.max_context
         if num_gpu_blocks is None:
             num_gpu_blocks = plan_kv_cache(model, gpu, gpu_memory_utilization=gpu_memory_utilization,
@@ -125,6 +135,8 @@ class SimulatedEngine:
         self.config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, max_model_len,
                                       long_prefill_token_threshold, preemption_mode, scheduling_policy)
         self.block_size = block_size
+        self.speculation = speculation
+        self.acceptance = random.Random(speculation.seed if speculation else 0)
         self.scripted_outputs: dict[str, tuple[int, ...]] = {}  # request id -> the tokens it will "generate"
         self.swap_s_per_block = block_size * model_kv_bytes_per_token(model, dtype) / gpu.pcie_bandwidth
         self.kv = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
@@ -153,12 +165,15 @@ class SimulatedEngine:
                              self.dtype, self.efficiency)
             swap_s = (len(plan.swap_out) + len(plan.swap_in)) * self.swap_s_per_block
             clock += cost.time_s + swap_s
-            sampled = {r: self._next_token(requests[r]) for r, n in plan.num_scheduled_tokens.items()
-                       if requests[r].num_computed_tokens + n == requests[r].num_tokens}
+            sampled = {r: self._next_tokens(requests[r], len(plan.spec_token_ids.get(r, ())))
+                       for r, n in plan.num_scheduled_tokens.items()
+                       if requests[r].num_computed_tokens + n >= requests[r].num_tokens}
             finished += self.scheduler.update_from_output(plan, sampled, clock)
-            steps.append(SimulatedStep(clock, cost.time_s + swap_s, plan.num_scheduled_tokens,
+            draft_s = self._propose(sampled)
+            clock += draft_s
+            steps.append(SimulatedStep(clock, cost.time_s + swap_s + draft_s, plan.num_scheduled_tokens,
                                        len(self.scheduler.running), len(self.scheduler.waiting),
-                                       self.kv.block_pool.usage(), len(plan.preempted), cost.bound, swap_s))
+                                       self.kv.block_pool.usage(), len(plan.preempted), cost.bound, swap_s, draft_s))
             if len(steps) >= max_steps:
                 raise RuntimeError(f"Simulation did not finish in {max_steps} steps; shorten the workload.")
         return self._report(steps, finished, tags)
@@ -171,13 +186,31 @@ class SimulatedEngine:
         if item.output_token_ids is not None:
             self.scripted_outputs[request_id] = item.output_token_ids
         params = SamplingParams(temperature=0, max_tokens=item.output_len, ignore_eos=True)
+        stats = SpecDecodeStats(self.speculation.num_speculative_tokens) if self.speculation else None
         self.scheduler.add_request(Request(request_id, prompt, params, None, item.arrival_time, self.block_size,
-                                           self.config.max_model_len))
+                                           self.config.max_model_len, spec_stats=stats))
 
-    def _next_token(self, request: Request) -> int:
-        """The workload's next output token for ``request``, or the placeholder."""
+    def _next_tokens(self, request: Request, num_drafts: int) -> list[int]:
+        """What the step emits for ``request``: after ``num_drafts`` drafts, the accepted ones plus
+        one; the workload's next output tokens, or placeholders."""
+        count = 1 + (self.speculation.num_accepted(self.acceptance, num_drafts) if num_drafts else 0)
         script = self.scripted_outputs.get(request.request_id)
-        return script[len(request.output_token_ids)] if script else PLACEHOLDER_TOKEN
+        done = len(request.output_token_ids)
+        return list(script[done:done + count]) if script else [PLACEHOLDER_TOKEN] * count
+
+    def _propose(self, sampled: dict) -> float:
+        """Give every decoding request that just got tokens its drafts (placeholders, since nothing
+        checks their ids); return the draft model's time."""
+        if self.speculation is None:
+            return 0.0
+        drafts = []
+        for request in self.scheduler.running:
+            room = min(self.speculation.num_speculative_tokens, self.scheduler.draft_room(request))
+            if request.request_id in sampled and request.num_tokens - request.num_computed_tokens == 1 and room > 0:
+                request.spec_token_ids = [PLACEHOLDER_TOKEN] * room
+                request.spec_stats.num_proposed_tokens += room
+                drafts.append((request.num_tokens, room))
+        return self.speculation.draft_time_s(self.gpu, drafts, self.dtype, self.efficiency)
 
     def _report(self, steps, finished: list[Request], tags: dict[str, str]) -> SimulationReport:
         report = SimulationReport(steps, output_tokens=sum(len(r.output_token_ids) for r in finished),
@@ -185,8 +218,14 @@ class SimulatedEngine:
                                   max_preemptions_per_request=max((r.num_preemptions for r in finished), default=0),
                                   tokens_needed=sum(r.num_tokens - 1 for r in finished),
                                   prefix_hit_rate=self.kv.prefix_cache_stats.hit_rate)
+        if self.speculation:
+            report.spec_decode_stats = SpecDecodeStats(self.speculation.num_speculative_tokens)
         for request in finished:
             tag = tags[request.request_id]
             report.ttft.setdefault(tag, []).append(request.token_times[0] - request.arrival_time)
-            report.itl.setdefault(tag, []).extend(b - a for a, b in zip(request.token_times, request.token_times[1:]))
+            gaps = [b - a for a, b in zip(request.token_times, request.token_times[1:])]
+            report.itl.setdefault(tag, []).extend(gaps)
+            report.itl_per_request.append(gaps)
+            if report.spec_decode_stats is not None:
+                report.spec_decode_stats.merge(request.spec_stats)
         return report

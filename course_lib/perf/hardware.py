@@ -13,7 +13,7 @@ B200 148.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from course_lib.checks import require_positive
 from course_lib.perf.units import GiB, MiB
@@ -66,3 +66,18 @@ def get_gpu(name: str) -> GPU:
         return GPUS[name]
     except KeyError:
         raise KeyError(f"Unknown GPU {name!r}; choose one of {sorted(GPUS)}.") from None
+
+
+def tensor_parallel_group(gpu: GPU, size: int) -> GPU:
+    """``size`` GPUs serving one model with tensor parallelism, seen by the roofline as one GPU.
+    Every weight matrix and KV head is split across them, so a step's bytes and FLOPs are shared
+    and memory, HBM bandwidth, FLOP/s, PCIe and network links add up (NVLink stays per GPU).
+    Left out: the two all-reduces per layer that join the shards; a caller charges them as a
+    per-step overhead (``Efficiency.overhead_s``)."""
+    require_positive("size", size)
+    if size == 1:
+        return gpu
+    return replace(gpu, name=f"{size}x {gpu.name} (TP={size})", memory_bytes=gpu.memory_bytes * size,
+                   hbm_bandwidth=gpu.hbm_bandwidth * size, bf16_flops=gpu.bf16_flops * size,
+                   fp8_flops=gpu.fp8_flops * size, pcie_bandwidth=gpu.pcie_bandwidth * size,
+                   network_bandwidth=gpu.network_bandwidth * size, sm_count=gpu.sm_count * size)

@@ -69,6 +69,8 @@ MODELS: dict[str, ModelSpec] = {
                   vocab_size=128256),
         ModelSpec("Llama-3.1-8B", 32, 32, 8, 128, 8.03e9, 131072, hidden_size=4096, intermediate_size=14336,
                   vocab_size=128256),
+        ModelSpec("Llama-3.2-1B", 16, 32, 8, 64, 1.24e9, 131072, hidden_size=2048, intermediate_size=8192,
+                  vocab_size=128256),
         ModelSpec("Llama-3.1-70B", 80, 64, 8, 128, 70.6e9, 131072, hidden_size=8192, intermediate_size=28672,
                   vocab_size=128256),
         ModelSpec("Qwen2.5-7B", 28, 28, 4, 128, 7.62e9, 131072, hidden_size=3584, intermediate_size=18944,

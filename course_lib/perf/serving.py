@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course_lib.checks import require_positive
+from course_lib.checks import require_positive, require_probability
 from course_lib.perf.hardware import GPU
 from course_lib.perf.kv import model_kv_bytes_per_token
 from course_lib.perf.models import ModelSpec
@@ -123,8 +123,7 @@ def expected_tokens_per_step(acceptance_rate: float, num_draft_tokens: int) -> f
     1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a), and k + 1 when a = 1.
     (The target always contributes one token: the correction or the bonus.)
     a = 0.8, k = 4 gives 3.3616."""
-    if isinstance(acceptance_rate, bool) or not 0 <= acceptance_rate <= 1:
-        raise ValueError(f"acceptance_rate is a probability and must lie in [0, 1], got {acceptance_rate!r}.")
+    require_probability("acceptance_rate", acceptance_rate)
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
         raise ValueError(f"num_draft_tokens must be a whole number 0 or more, got {num_draft_tokens!r}.")
     if acceptance_rate == 1:
