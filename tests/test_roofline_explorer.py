@@ -33,6 +33,17 @@ def test_changing_a_preset_redraws():
     explorer = RooflineExplorer()
     before = explorer.readout.value
     explorer.gpu.value = "L4-24GB"
-    assert explorer.readout.value != before and "Ridge point 403" in explorer.readout.value
+    assert explorer.readout.value != before and "Ridge point <b>403 FLOP/byte" in explorer.readout.value
     explorer.context.value = 8192
     assert "8,192 tokens" in explorer.figure.layout.title.text and "L4-24GB" in explorer.figure.layout.title.text
+
+
+def test_your_steps_are_stars_and_the_sliders_move_them():
+    explorer = RooflineExplorer(prompt_len=16, batch_size=1)
+    assert "Your prefill of 16 tokens: " in explorer.readout.value and "memory-bound" in explorer.readout.value
+    stars = explorer.figure.data[-1]
+    assert stars.name == "your steps" and stars.marker.symbol == "star" and len(stars.x) == 2
+    explorer.prompt.value = 8192
+    assert "Your prefill of 8,192 tokens" in explorer.readout.value
+    assert explorer.figure.data[-1].x[0] > stars.x[0]  # a longer prompt: more FLOPs per weight byte
+    assert [trace.name for trace in explorer.figure.data] == ["roofline", "prefill", "decode", "your steps"]

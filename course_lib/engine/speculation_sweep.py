@@ -15,6 +15,7 @@ worse still at high load.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -81,3 +82,13 @@ def speculation_qps_sweep(qps_values: list[float], speculation: SimulatedSpecula
         if on_point is not None:
             on_point(i)
     return points
+
+
+def crossover_qps(points: list[SweepPoint]) -> float | None:
+    """The request rate where speculation stops paying (speed-up 1), interpolated in log QPS
+    between the last point above 1 and the first at or below it; None if it never crosses."""
+    for before, after in zip(points, points[1:]):
+        if before.speedup > 1 >= after.speedup:
+            share = (before.speedup - 1) / (before.speedup - after.speedup)
+            return math.exp(math.log(before.qps) + share * (math.log(after.qps) - math.log(before.qps)))
+    return None

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import ipywidgets as w
 import plotly.graph_objects as go
-from IPython.display import display
 
 from course_lib.perf.hardware import GPU, GPUS, get_gpu
 from course_lib.perf.models import MODELS, ModelSpec, get_model
 from course_lib.perf.roofline import StepCost, ridge_point, step_cost
 from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.plotly_pane import PlotlyPane
 
 PROMPT_LENGTHS = (16, 64, 256, 1024, 4096, 16384)
 BATCH_SIZES = (1, 4, 16, 64, 256, 1024)
@@ -26,14 +26,20 @@ BATCH_SIZES = (1, 4, 16, 64, 256, 1024)
 
 @dataclass(frozen=True)
 class StepPoint:
-    phase: str        # "prefill" or "decode"
+    phase: str        # "prefill" or "decode" (drawn as lines), or "chosen" (drawn by the caller)
     label: str        # e.g. "prefill of 1024 tokens", "decode, batch 64"
     cost: StepCost
+    measured_s: float | None = None  # the step's measured time, where it ran for real
+
+    @property
+    def time_s(self) -> float:
+        """The measured time if there is one, else the roofline model's."""
+        return self.cost.time_s if self.measured_s is None else self.measured_s
 
     @property
     def achieved_flops(self) -> float:
-        """FLOP/s this step reaches: its FLOPs over its modelled time."""
-        return self.cost.flops / self.cost.time_s
+        """FLOP/s this step reaches: its FLOPs over its time."""
+        return self.cost.flops / self.time_s
 
 
 def step_points(model: ModelSpec, gpu: GPU, prompt_lengths=PROMPT_LENGTHS, batch_sizes=BATCH_SIZES,
@@ -64,7 +70,8 @@ def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None)
         fig.add_scatter(
             x=[p.cost.arithmetic_intensity for p in mine], y=[p.achieved_flops for p in mine], mode="markers+lines",
             name=phase, marker=dict(size=9, color=colour), line=dict(dash="dot", color=colour),
-            text=[f"{p.label}<br>{p.cost.time_s * 1e3:.3g} ms, {p.cost.bound}-bound" for p in mine],
+            text=[f"{p.label}<br>{p.time_s * 1e3:.3g} ms{' measured' if p.measured_s is not None else ''}; "
+                  f"the roofline says {p.cost.bound}-bound, {p.cost.time_s * 1e3:.3g} ms" for p in mine],
             hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
     fig.add_vline(x=ridge, line_dash="dash", line_color="grey",
                   annotation_text=f"ridge {ridge:.0f} FLOP/byte", annotation_position="top left")
@@ -74,40 +81,47 @@ def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None)
     return fig
 
 
-def gpu_roofline(model: ModelSpec, gpu: GPU, context_len: int = 1024) -> go.Figure:
-    """The roofline of a GPU preset with ``model``'s prefill and decode steps on it."""
-    return roofline_figure(gpu, step_points(model, gpu, context_len=context_len),
-                           title=f"{model.name} on {gpu.name} (bf16): prefill and decode steps on the roofline "
-                                 f"({context_len:,} tokens of decode context)")
+def gpu_roofline(model: ModelSpec, gpu: GPU, context_len: int = 1024, chosen: list[StepPoint] = ()) -> go.Figure:
+    """The roofline of a GPU preset with ``model``'s prefill and decode steps on it, and the
+    ``chosen`` steps as stars."""
+    fig = roofline_figure(gpu, step_points(model, gpu, context_len=context_len) + list(chosen),
+                          title=f"{model.name} on {gpu.name} (bf16): prefill and decode steps on the roofline "
+                                f"({context_len:,} tokens of decode context)")
+    if chosen:
+        fig.add_scatter(x=[p.cost.arithmetic_intensity for p in chosen], y=[p.achieved_flops for p in chosen],
+                        mode="markers", name="your steps", marker=dict(size=16, symbol="star", color="#2ca02c"),
+                        text=[f"{p.label}<br>{p.time_s * 1e3:.3g} ms, {p.cost.bound}-bound" for p in chosen],
+                        hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
+    return fig
 
 
 class RooflineExplorer(w.VBox):
-    """GPU and model presets and the decode context; the roofline redraws on every change."""
+    """GPU and model presets, the decode context, and one prefill and one decode step of your
+    choosing (stars); the roofline redraws in place on every change."""
 
-    def __init__(self, model: str = "Llama-3.1-8B", gpu: str = "H100-80GB", context_len: int = 1024) -> None:
+    def __init__(self, model: str = "Llama-3.1-8B", gpu: str = "H100-80GB", context_len: int = 1024,
+                 prompt_len: int = 2048, batch_size: int = 32) -> None:
+        wide = dict(continuous_update=False, style={"description_width": "12em"}, layout=w.Layout(width="480px"))
         self.gpu = w.Dropdown(options=list(GPUS), value=get_gpu(gpu).name, description="GPU")
         self.model = w.Dropdown(options=list(MODELS), value=get_model(model).name, description="model")
-        self.context = w.IntSlider(context_len, 128, 32768, 128, description="decode context (tokens)",
-                                   continuous_update=False, style={"description_width": "12em"},
-                                   layout=w.Layout(width="480px"))
-        self.readout, self.output = w.HTML(), w.Output()
-        for control in (self.gpu, self.model, self.context):
+        self.context = w.IntSlider(context_len, 128, 32768, 128, description="decode context (tokens)", **wide)
+        self.prompt = w.IntSlider(prompt_len, 1, 32768, 1, description="your prefill (tokens)", **wide)
+        self.batch = w.IntSlider(batch_size, 1, 1024, 1, description="your decode batch", **wide)
+        self.readout, self.figure = w.HTML(), PlotlyPane()
+        for control in (self.gpu, self.model, self.context, self.prompt, self.batch):
             control.observe(self._update, names="value")
-        super().__init__([w.HBox([self.gpu, self.model]), self.context, self.readout, self.output])
+        super().__init__([w.HBox([self.gpu, self.model]), self.context, self.prompt, self.batch, self.readout,
+                          self.figure])
         self._update()
 
     @one_at_a_time
     def _update(self, change=None) -> None:
-        model, gpu = get_model(self.model.value), get_gpu(self.gpu.value)
-        points = step_points(model, gpu, context_len=self.context.value)
-        decode1 = next(p for p in points if p.phase == "decode")
-        longest = [p for p in points if p.phase == "prefill"][-1]
-        self.readout.value = (
-            f"Ridge point {ridge_point(gpu):.0f} FLOP/byte. "
-            f"Batch-1 decode: {decode1.cost.arithmetic_intensity:.2g} FLOP/byte, {decode1.cost.bound}-bound, "
-            f"{decode1.cost.time_s * 1e3:.3g} ms per token. {longest.label.capitalize()}: "
-            f"{longest.cost.arithmetic_intensity:.0f} FLOP/byte, {longest.cost.bound}-bound.")
-        self.figure = gpu_roofline(model, gpu, self.context.value)
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(self.figure)
+        model, gpu, context = get_model(self.model.value), get_gpu(self.gpu.value), self.context.value
+        prefill = StepPoint("chosen", f"your prefill of {self.prompt.value:,} tokens",
+                            step_cost(model, gpu, [(0, self.prompt.value)]))
+        decode = StepPoint("chosen", f"your decode, batch {self.batch.value:,}",
+                           step_cost(model, gpu, [(context, 1)] * self.batch.value))
+        self.readout.value = f"Ridge point <b>{ridge_point(gpu):.0f} FLOP/byte</b>. " + " ".join(
+            f"{p.label.capitalize()}: {p.cost.arithmetic_intensity:.3g} FLOP/byte, <b>{p.cost.bound}-bound</b>, "
+            f"{p.cost.time_s * 1e3:.3g} ms." for p in (prefill, decode))
+        self.figure.show(gpu_roofline(model, gpu, context, [prefill, decode]))
