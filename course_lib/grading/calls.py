@@ -14,12 +14,18 @@ How a function is called (a task's ``call``):
   ddp_gradients      args ``(world_size, rows_per_rank)``; every rank builds the same
                      ``Linear(6, 2)`` and data (fixed seeds), back-propagates the MSE loss of its
                      own rows, calls ``fn(model)``, and returns each parameter's ``.grad``
+  repeated_draws     args ``(target_probs, draft_probs, draft_token)``, kwargs ``draws`` and ``seed``;
+                     calls ``fn(p, q, draft_token, generator)`` ``draws`` times on float64 tensors
+                     (fresh copies each time) and one ``torch.Generator`` seeded with ``seed``, and
+                     returns how often each token came back (a token outside the vocabulary, or
+                     anything but an int, is an error)
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import operator
 import signal
 import warnings
 from typing import Any, Callable
@@ -82,6 +88,32 @@ def _ddp_rank(fn: Callable, rows_per_rank: int) -> list:
     return [parameter.grad.tolist() for parameter in model.parameters()]
 
 
+def _token(value: Any, vocab_size: int, draw: int) -> int:
+    """``value`` as a token id: an int (or a one-element integer tensor) inside the vocabulary."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        token = operator.index(value)
+    except TypeError:
+        raise TypeError(f"call {draw} returned {value!r:.60} ({type(value).__name__}); return a token id, "
+                        "an int") from None
+    if not 0 <= token < vocab_size:
+        raise ValueError(f"call {draw} returned token {token}, outside the vocabulary (0 to {vocab_size - 1})")
+    return token
+
+
+def _repeated_draws(fn: Callable, target_probs: list, draft_probs: list, draft_token: int, *, draws: int,
+                    seed: int) -> list[int]:
+    import torch
+
+    p, q = torch.tensor(target_probs, dtype=torch.float64), torch.tensor(draft_probs, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(seed)
+    counts = [0] * len(target_probs)
+    for draw in range(1, draws + 1):
+        counts[_token(fn(p.clone(), q.clone(), draft_token, generator), len(counts), draw)] += 1
+    return counts
+
+
 def _on_ranks(rank_fn: Callable) -> Callable:
     def call(fn: Callable, world_size: int, *args) -> list:
         from course_lib.dist.launch import run_on_ranks
@@ -93,6 +125,7 @@ CALLS: dict[str, Callable[..., Any]] = {
     "direct": lambda fn, *args, **kwargs: fn(*args, **kwargs),
     "in_place_on_ranks": _on_ranks(_in_place_rank),
     "ddp_gradients": _on_ranks(_ddp_rank),
+    "repeated_draws": _repeated_draws,
 }
 
 

@@ -5,7 +5,9 @@ hand-built ones first (each exercises one rule the task states, and says which i
 then seeded random ones. The expected value of every case comes from the reference code in
 ``course_lib``, computed by the grader, never by the learner's process; results are compared
 by value (``values.same_value``), so prints, warnings and the learner's choice of ``float``
-or ``int``, ``dict`` or ``OrderedDict`` never decide a grade.
+or ``int``, ``dict`` or ``OrderedDict`` never decide a grade. A task whose function draws at
+random (``Rule(significance=...)``) expects a distribution and gets counts of many draws, judged
+by a chi-square test.
 
 What a learner's process sends back per case is plain data: ``{"value": ...}``, or
 ``{"error": "Type: message"}`` when the call raised, or ``{"timeout": true}``.
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from course_lib.grading.values import Rule, from_plain, same_value, show, to_plain
+from course_lib.grading.values import PlainDataError, Rule, from_plain, goodness_of_fit, same_value, show, to_plain
 
 NOT_WRITTEN = "NotImplementedError: Your code here"  # what the starter raises (exercise.py), also from a rank
 
@@ -136,12 +138,12 @@ def judge(task: Task, cases: Sequence[Case], expected: Sequence[Any], outcomes: 
 
 
 def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict:
-    call, expected_text = task.call_text(case), show(want)
+    call, expected_text = task.call_text(case), _show_expected(want, task.rule)
     if "value" in outcome:
         got = outcome["value"]
-        if same_value(want, got, task.rule):
-            return CaseVerdict(call, case.why, True, expected_text, show(got))
-        return CaseVerdict(call, case.why, False, expected_text, show(got), _hint(task, case, want, got))
+        passed = same_value(want, got, task.rule)
+        return CaseVerdict(call, case.why, passed, expected_text, _show_got(want, got, task.rule),
+                           "" if passed else _hint(task, case, want, got))
     if outcome.get("timeout"):
         return CaseVerdict(call, case.why, False, expected_text, f"no answer within {task.time_limit_s:g} s",
                            "an endless loop? (the time limit covers all of this task's cases)")
@@ -151,6 +153,23 @@ def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict
                 if NOT_WRITTEN in error else "")
         return CaseVerdict(call, case.why, False, expected_text, f"raised {error[:700]}", hint)
     return CaseVerdict(call, case.why, False, expected_text, "no result (the run stopped before this case)")
+
+
+def _show_expected(want: Any, rule: Rule) -> str:
+    """The expected value as feedback shows it; a distribution as shares of the draws."""
+    if rule.significance is None:
+        return show(want)
+    return "shares [" + ", ".join(f"{share:.4g}" for share in from_plain(want)) + "]"
+
+
+def _show_got(want: Any, got: Any, rule: Rule) -> str:
+    """The result as feedback shows it; counts of draws with their chi-square test's verdict."""
+    if rule.significance is None:
+        return show(got)
+    try:
+        return goodness_of_fit(want, got, rule.significance).text()
+    except PlainDataError as error:
+        return f"{show(got)}: {error}"
 
 
 def _hint(task: Task, case: Case, want: Any, got: Any) -> str:

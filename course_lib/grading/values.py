@@ -12,7 +12,11 @@ type of its own), so results can leave the learner's process as data, never as o
   ``Rule(ordered=True)``, when the task asks for an order;
 * lists, tuples and arrays (tensors, NumPy) are all sequences and compare item by item (a
   tuple stays a tuple on the way, so inputs and feedback look as Python would print them);
-* strings and bytes compare exactly.
+* strings and bytes compare exactly;
+* under ``Rule(significance=...)`` the expected value is a distribution (the probability of each
+  outcome) and a result is how often each outcome came up in many random draws: it passes
+  Pearson's chi-square goodness-of-fit test at that significance, and never shows an outcome
+  of probability 0 (``goodness_of_fit``).
 """
 
 from __future__ import annotations
@@ -35,11 +39,98 @@ class PlainDataError(ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    """How a task's results are compared: float tolerances, and whether mapping order counts."""
+    """How a task's results are compared: float tolerances, whether mapping order counts, and for
+    random results, the significance of the test they must pass."""
 
     rel_tol: float = 1e-6  # float32 arithmetic (NumPy, torch) is right to about 1e-7
     abs_tol: float = 1e-9
     ordered: bool = False
+    significance: float | None = None  # results are counts of draws from the expected distribution
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How counts of random draws fit a distribution: Pearson's chi-square test."""
+
+    counts: tuple[int, ...]
+    shares: tuple[float, ...]          # the expected probability of each outcome
+    statistic: float                   # sum over possible outcomes of (count - expected count)^2 / expected count
+    degrees_of_freedom: int            # possible outcomes - 1
+    critical: float                    # the statistic a right sampler exceeds with probability ``significance``
+    significance: float
+    impossible: tuple[int, ...]        # outcomes of probability 0 that were drawn
+
+    @property
+    def passed(self) -> bool:
+        return not self.impossible and self.statistic <= self.critical
+
+    def text(self) -> str:
+        draws = sum(self.counts)
+        seen = ", ".join(f"{count / draws:.4g}" for count in self.counts)
+        text = f"counts {list(self.counts)} of {draws} draws (shares {seen})"
+        if self.impossible:
+            return text + f": drew {_outcomes(self.impossible)}, of probability 0"
+        if not self.degrees_of_freedom:
+            return text + ": the one possible outcome every time"
+        verdict = "at most" if self.passed else "above"
+        return text + (f": chi-square {self.statistic:.4g}, {verdict} the critical {self.critical:.4g} "
+                       f"({self.degrees_of_freedom} degree{'s' if self.degrees_of_freedom > 1 else ''} of freedom, "
+                       f"significance {self.significance:g})")
+
+
+def _outcomes(indices: tuple[int, ...]) -> str:
+    return ("outcome " if len(indices) == 1 else "outcomes ") + ", ".join(map(str, indices))
+
+
+def goodness_of_fit(expected: Any, got: Any, significance: float) -> Fit:
+    """Test plain counts ``got`` against the plain distribution ``expected`` (one share per outcome,
+    normalised here to sum to 1). Raises PlainDataError when ``got`` is not one count (an int, 0 or
+    more) per outcome, with at least one draw."""
+    weights = [float(share) for share in _sequence(expected)]
+    shares = tuple(weight / sum(weights) for weight in weights)
+    counts = _sequence(got)
+    if (not isinstance(counts, list) or len(counts) != len(shares) or not all(isinstance(c, int) and not isinstance(c, bool)
+                                                                and c >= 0 for c in counts) or not sum(counts)):
+        raise PlainDataError(f"not a list of {len(shares)} counts of draws")
+    draws = sum(counts)
+    possible = [i for i, share in enumerate(shares) if share > 0]
+    statistic = sum((counts[i] - draws * shares[i]) ** 2 / (draws * shares[i]) for i in possible)
+    degrees = len(possible) - 1
+    impossible = tuple(i for i, share in enumerate(shares) if share == 0 and counts[i])
+    return Fit(tuple(counts), shares, statistic, degrees, chi_square_critical(degrees, significance),
+               significance, impossible)
+
+
+def chi_square_survival(x: float, degrees_of_freedom: int) -> float:
+    """P(X > x) for X chi-square distributed with a whole number of degrees of freedom, exactly:
+    the closed forms, a sum of Poisson terms (x/2)^j e^(-x/2) / Gamma(j + 1) over j = 0, 1, ... below
+    k/2 for even k, and over j = 1/2, 3/2, ... below k/2, plus erfc(sqrt(x/2)), for odd k."""
+    if x <= 0:
+        return 1.0
+    half = x / 2
+    odd = degrees_of_freedom % 2
+    j = 0.5 if odd else 0.0
+    term = math.exp(-half) * half ** j / math.gamma(j + 1)
+    total = math.erfc(math.sqrt(half)) if odd else 0.0
+    while j + 1 <= degrees_of_freedom / 2:  # the terms below k/2 (for odd k, from 1/2 on)
+        total += term
+        j += 1
+        term *= half / j
+    return total
+
+
+def chi_square_critical(degrees_of_freedom: int, significance: float) -> float:
+    """The x with P(X > x) = ``significance`` (0 for no degrees of freedom: the statistic is then 0),
+    by bisection on ``chi_square_survival``."""
+    if degrees_of_freedom == 0:
+        return 0.0
+    low, high = 0.0, 1.0
+    while chi_square_survival(high, degrees_of_freedom) > significance:
+        low, high = high, 2 * high
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if chi_square_survival(middle, degrees_of_freedom) > significance else (low, middle)
+    return high
 
 
 def to_plain(value: Any) -> Any:
@@ -113,6 +204,8 @@ def loads(text: str) -> Any:
 def same_value(expected: Any, got: Any, rule: Rule = Rule()) -> bool:
     """Whether plain result ``got`` equals plain reference ``expected`` under ``rule``."""
     try:
+        if rule.significance is not None:
+            return goodness_of_fit(expected, got, rule.significance).passed
         return _same(expected, got, rule)
     except (Exception, RecursionError):  # noqa: BLE001 - malformed data from the learner's side, or 10**400
         return False

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_lib.grading.values import MAX_DEPTH, PlainDataError, Rule, from_plain, loads, same_value, show, to_plain
+from course_lib.grading.values import (MAX_DEPTH, PlainDataError, Rule, chi_square_critical, chi_square_survival,
+                                      from_plain, goodness_of_fit, loads, same_value, show, to_plain)
 
 
 def same(expected, got, rule=Rule()):
@@ -69,3 +70,40 @@ def test_inputs_round_trip_to_the_same_python_values():
     value = ([("a", 1)], {b"\x01", b"\x02"}, {"k": (1, 2)}, None, 2.5)
     assert from_plain(json.loads(json.dumps(to_plain(value)))) == value
     assert show(to_plain({"chat": 1, "doc": (2,)})) == "{'chat': 1, 'doc': (2,)}"
+
+
+@pytest.mark.parametrize("degrees, significance, table", [
+    (1, 0.05, 3.841), (1, 0.001, 10.828), (1, 1e-4, 15.137), (2, 0.05, 5.991), (3, 0.01, 11.345),
+    (4, 0.001, 18.467), (5, 1e-4, 25.745), (10, 0.01, 23.209), (30, 0.05, 43.773), (100, 0.01, 135.807),
+])
+def test_chi_square_critical_values_match_the_tables(degrees, significance, table):
+    assert chi_square_critical(degrees, significance) == pytest.approx(table, abs=1e-3)
+    assert chi_square_survival(chi_square_critical(degrees, significance), degrees) == pytest.approx(significance)
+
+
+def test_no_degrees_of_freedom_means_one_possible_outcome():
+    assert chi_square_critical(0, 1e-4) == 0
+    fit = goodness_of_fit(to_plain([0.0, 1.0]), to_plain([0, 500]), 1e-4)
+    assert fit.passed and "the one possible outcome" in fit.text()
+
+
+DRAWN = Rule(significance=1e-4)
+
+
+def test_counts_of_draws_are_judged_by_a_chi_square_test():
+    shares = to_plain([0.5, 0.25, 0.25, 0.0])
+    assert same_value(shares, to_plain([1010, 480, 510, 0]), DRAWN)
+    fit = goodness_of_fit(shares, to_plain([1200, 400, 400, 0]), 1e-4)  # 40 + 20 + 20: far above 18.42
+    assert not fit.passed and fit.statistic == pytest.approx(80.0) and fit.degrees_of_freedom == 2
+    assert "chi-square 80, above the critical 18.42 (2 degrees of freedom, significance 0.0001)" in fit.text()
+    impossible = goodness_of_fit(shares, to_plain([1000, 500, 499, 1]), 1e-4)
+    assert not impossible.passed and impossible.impossible == (3,) and "outcome 3, of probability 0" in impossible.text()
+    assert not same_value(shares, to_plain([1000, 500, 499, 1]), DRAWN)
+
+
+def test_anything_but_counts_fails_a_chi_square_rule_without_raising():
+    shares = to_plain([0.5, 0.5])
+    for junk in ([500, 500, 0], [500.0, 500], [True, 1], [-1, 3], [0, 0], {"kind": "list", "items": 7}, "ab", None):
+        assert not same_value(shares, to_plain(junk), DRAWN)
+        with pytest.raises(PlainDataError, match="counts of draws"):
+            goodness_of_fit(shares, to_plain(junk), 1e-4)
