@@ -6,7 +6,7 @@ import importlib
 
 from course_lib.grading.task import Task
 
-MODULES = {"01_paging": "paging", "02_batching": "batching", "03_scheduler": "scheduler",
+MODULES = {"01_paging": "paging", "02_batching": "batching", "03_scheduler": "scheduler", "04_roofline": "roofline",
            "05_collectives": "collectives", "06_ring_vs_tree": "ring_vs_tree"}
 
 
