@@ -55,37 +55,33 @@ def _intensity_cases() -> list[Case]:
         requests = [(rng.choice([0, rng.randint(1, 8000)]), rng.choice([1, 1, rng.randint(1, 2048)]))
                     for _ in range(rng.randint(1, 64))]
         case = Case((rng.choice(sorted(MODELS)), rng.choice(sorted(GPUS)), requests))
-        if abs(roofline_step(*case.args)["intensity"] / ridge_point(get_gpu(case.args[1])) - 1) > 1e-6:  # no step so near the ridge point that rounding could pick the roof
+        ridge = ridge_point(get_gpu(case.args[1]))
+        if abs(roofline_step(*case.args)["intensity"] / ridge - 1) > 1e-6:  # never so near that rounding picks the roof
             cases.append(case)
     return cases
 
 
-def _step_parts(model_name: str, requests: list[tuple[int, int]]) -> dict:
-    """The pieces of the formula, for hints: new tokens, attended pairs, context tokens."""
-    return {"new": sum(new for _, new in requests), "context": sum(cached + new for cached, new in requests),
-            "pairs": sum(new * cached + new * (new + 1) // 2 for cached, new in requests)}
-
-
 def _intensity_hint(case: Case, expected, got) -> str | None:
-    model_name, gpu_name, requests = case.args
+    model_name, _, requests = case.args
     if not isinstance(got, dict) or set(got) != set(expected):
         return "return a dict with the keys 'flops', 'bytes', 'intensity' and 'bound'"
-    model, parts = get_model(model_name), _step_parts(model_name, requests)
-    attention = 4 * model.num_layers * model.num_heads * model.head_dim
+    model = get_model(model_name)
+    new_tokens = sum(new for _, new in requests)
+    skipped = model.num_params - model.active_params  # the experts a token is not routed to (0 if dense)
     close = lambda value, target: math.isclose(value, target, rel_tol=1e-6)  # noqa: E731
     if not close(got["flops"], expected["flops"]):
-        if close(got["flops"], 2 * model.active_params * parts["new"]):
+        if close(got["flops"], 2 * model.active_params * new_tokens):
             return "add attention's FLOPs: 4 x layers x query heads x head_dim x attended pairs"
-        if model.num_active_params and close(got["flops"], expected["flops"] + 2 * (model.num_params - model.active_params) * parts["new"]):
-            return "a token multiplies only by its experts' weights: 2 x ACTIVE parameters per new token"
+        if skipped and close(got["flops"], expected["flops"] + 2 * skipped * new_tokens):
+            return "a token multiplies only by its own experts' weights: 2 x ACTIVE parameters per new token"
         return "attended pairs: new token i (from 0) attends cached_tokens + i + 1 tokens"
     if not close(got["bytes"], expected["bytes"]):
-        weights = 2 * model.num_params
-        if model.num_active_params and close(got["bytes"], expected["bytes"] - 2 * (model.num_params - model.active_params)):
-            return "every expert's weights are read in a step of many tokens: 2 bytes x ALL parameters"
-        if close(got["bytes"], weights):
+        if skipped and close(got["bytes"], expected["bytes"] - 2 * skipped):
+            return "a step of many tokens reads every expert's weights: 2 bytes x ALL parameters"
+        if close(got["bytes"], 2 * model.num_params):
             return "add the KV cache: read for every context token, written for every new one"
-        return "KV bytes: per token 2 (K and V) x layers x KV heads x head_dim x 2 bytes, read for every context token (cached + new) and written for every new one"
+        return ("KV bytes per token are 2 (K and V) x layers x KV heads x head_dim x 2 bytes, read for every "
+                "context token (cached + new) and written for every new one")
     if not close(got["intensity"], expected["intensity"]):
         return "intensity is FLOPs per byte: flops / bytes"
     if got["bound"] != expected["bound"]:
@@ -120,8 +116,9 @@ def _greedy_cases() -> list[Case]:
 
 def _greedy_hint(case: Case, expected, got) -> str | None:
     drafts = case.args[0]
-    if not isinstance(got, list):
+    if not isinstance(got, (list, tuple)):
         return "return the emitted tokens as a list"
+    got = list(got)
     if got == expected[:-1]:
         return ("the target always adds one token: its argmax at the first mismatch, or the bonus "
                 "target_argmax_ids[-1] when every draft matches")
@@ -172,7 +169,7 @@ def _rejection_cases() -> list[Case]:
              _draws_case([0.1, 0.2, 0.3, 0.25, 0.15], [0.1, 0.2, 0.3, 0.25, 0.15], 3, 6,
                          why="p == q: always accepted")]
     rng = random.Random(43)
-    while len(cases) < 10:
+    while len(cases) < 12:
         size = rng.randint(3, 8)
         p, q = _random_probs(rng, size), _random_probs(rng, size)
         x = rng.choices(range(size), weights=q)[0]
@@ -207,6 +204,7 @@ def _describe_draws(case: Case) -> str:
 # Task 4
 
 def engine_pd_ratio(num_seqs: int, tpot_s: float, output_len: int, prefill_requests_per_s: float) -> dict:
+    """``pd_ratio``'s rates and ratio, as the task returns them."""
     ratio = pd_ratio(num_seqs, tpot_s, output_len, prefill_requests_per_s)
     return {"decode_tokens_per_s": ratio.decode_tokens_per_s, "decode_requests_per_s": ratio.decode_requests_per_s,
             "prefill_per_decode": ratio.prefill_per_decode}
@@ -224,7 +222,6 @@ def _ratio_cases() -> list[Case]:
 
 
 def _ratio_hint(case: Case, expected, got) -> str | None:
-    num_seqs, tpot_s, output_len, prefill_requests_per_s = case.args
     if not isinstance(got, dict) or set(got) != set(expected):
         return "return a dict with the keys 'decode_tokens_per_s', 'decode_requests_per_s' and 'prefill_per_decode'"
     close = lambda value, target: math.isclose(value, target, rel_tol=1e-6)  # noqa: E731
