@@ -74,19 +74,33 @@ def _intensity_hint(case: Case, expected, got) -> str | None:
             return "add attention's FLOPs: 4 x layers x query heads x head_dim x attended pairs"
         if skipped and close(got["flops"], expected["flops"] + 2 * skipped * new_tokens):
             return "a token multiplies only by its own experts' weights: 2 x ACTIVE parameters per new token"
-        return "attended pairs: new token i (from 0) attends cached_tokens + i + 1 tokens"
+        per_pair = 4 * model.num_layers * model.num_heads * model.head_dim
+        pairs = (got["flops"] - 2 * model.active_params * new_tokens) / per_pair
+        if pairs > 0 and close(pairs, round(pairs)):  # the linear layers are right, the pairs are not
+            return "attended pairs: new token i (from 0) attends cached_tokens + i + 1 tokens"
+        return None
     if not close(got["bytes"], expected["bytes"]):
         if skipped and close(got["bytes"], expected["bytes"] - 2 * skipped):
             return "a step of many tokens reads every expert's weights: 2 bytes x ALL parameters"
         if close(got["bytes"], 2 * model.num_params):
             return "add the KV cache: read for every context token, written for every new one"
-        return ("KV bytes per token are 2 (K and V) x layers x KV heads x head_dim x 2 bytes, read for every "
-                "context token (cached + new) and written for every new one")
+        if got["bytes"] > 2 * model.num_params:
+            return ("KV bytes per token are 2 (K and V) x layers x KV heads x head_dim x 2 bytes, read for every "
+                    "context token (cached + new) and written for every new one")
+        return None
     if not close(got["intensity"], expected["intensity"]):
         return "intensity is FLOPs per byte: flops / bytes"
     if got["bound"] != expected["bound"]:
         return "compare the intensity with the GPU's ridge point, bf16_flops / hbm_bandwidth: at or above it, 'compute'"
     return None
+
+
+def _describe_step(case: Case) -> str:
+    """The call, with a batch of equal requests written as ``[(1024, 1)] * 256``."""
+    model_name, gpu_name, requests = case.args
+    shown = f"[{requests[0]}] * {len(requests)}" if len(requests) > 1 and len(set(requests)) == 1 else repr(requests)
+    text = f"step_intensity({model_name!r}, {gpu_name!r}, {shown})"
+    return text if len(text) <= 240 else text[:237] + "..."
 
 
 # Task 2
@@ -236,7 +250,7 @@ def _ratio_hint(case: Case, expected, got) -> str | None:
 
 TASKS = (
     Task(1, "Arithmetic intensity and the binding roof", "step_intensity", _intensity_cases, roofline_step,
-         hint=_intensity_hint, examples=2),
+         hint=_intensity_hint, describe=_describe_step, examples=2),
     Task(2, "Greedy verification", "verify_greedy", _greedy_cases, engine_greedy_verify, hint=_greedy_hint,
          examples=3),
     Task(3, "One rejection-sampling step", "rejection_step", _rejection_cases, rejection_shares,
