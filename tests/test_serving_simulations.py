@@ -27,7 +27,7 @@ def test_the_sweep_explorer_finds_where_speculation_stops_paying():
 
 
 def test_the_sweep_figure_has_titles_units_and_no_crossing_when_it_always_pays():
-    points = [SweepPoint(1, 20.0, 10.0, 3.0, 2.0), SweepPoint(4, 20.0, 12.0, 3.0, 8.0)]
+    points = [SweepPoint(1, 20.0, 10.0, 3.0, 2.0, 0.0), SweepPoint(4, 20.0, 12.0, 3.0, 8.0, 0.1)]
     fig = sweep_figure(points, SimulatedSpeculation(4, 0.8))
     assert "requests per second" in fig.layout.xaxis.title.text and "(x)" in fig.layout.yaxis.title.text
     assert "n-gram" in fig.layout.title.text

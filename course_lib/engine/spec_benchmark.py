@@ -19,10 +19,12 @@ import argparse
 import random
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
 from course_lib.engine.llm import LLM
+from course_lib.engine.metrics import SpecDecodeStats
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.models.loader import load_model
 from course_lib.models.train import corpus
@@ -60,6 +62,65 @@ def run_once(model, draft, prompts: list[list[int]], max_tokens: int, spec: dict
         llm.spec_decode_stats
 
 
+@dataclass(frozen=True)
+class BenchmarkRow:
+    """One configuration at one concurrency: medians over the interleaved repeats."""
+
+    concurrency: int
+    config: str
+    tokens_per_s: float
+    vs_off: float  # tokens_per_s / the "off" run's, at the same concurrency
+    itl_ms: float
+    stats: SpecDecodeStats | None  # of the last repeat (the same tokens every repeat: greedy)
+    same_as_off: bool  # every output equals the run without drafts
+
+
+def benchmark(concurrencies: list[int], ks: list[int], repeats: int = 3, max_tokens: int = 64, prompt_len: int = 128,
+              warm_up: bool = True, on_run=None) -> list[BenchmarkRow]:
+    """Every configuration of ``configs(ks)`` at every concurrency, interleaved ``repeats`` times.
+    ``on_run(i)`` reports progress over the ``len(concurrencies) x repeats x configurations`` runs."""
+    model, _ = load_model("tiny-llama", dtype=torch.float32)
+    draft, _ = load_model("tiny-llama-draft", dtype=torch.float32)
+    table = configs(ks)
+    for spec in table.values() if warm_up else ():  # warm up torch's kernels and allocator, unmeasured
+        run_once(model, draft, make_prompts(2, prompt_len), 4, spec)
+    rows, runs = [], 0
+    for concurrency in concurrencies:
+        prompts = make_prompts(concurrency, prompt_len, seed=concurrency)
+        rates: dict[str, list[float]] = {name: [] for name in table}
+        itls: dict[str, list[float]] = {name: [] for name in table}
+        stats, outputs = {}, {}
+        for _ in range(repeats):
+            for name, spec in table.items():  # interleaved
+                tokens, seconds, itl, spec_stats = run_once(model, draft, prompts, max_tokens, spec)
+                rates[name].append(concurrency * max_tokens / seconds)
+                itls[name].append(itl)
+                stats[name], outputs[name] = spec_stats, tokens
+                if on_run is not None:
+                    on_run(runs)
+                runs += 1
+        base = statistics.median(rates["off"])
+        rows += [BenchmarkRow(concurrency, name, statistics.median(rates[name]), statistics.median(rates[name]) / base,
+                              1000 * statistics.median(itls[name]), stats[name], outputs[name] == outputs["off"])
+                 for name in table]
+    return rows
+
+
+def format_rows(rows: list[BenchmarkRow]) -> str:
+    """The benchmark as a text table: acceptance per draft position, and measured tokens per
+    verification step beside (1 - a^(k+1)) / (1 - a) from the measured conditional acceptance."""
+    lines = [f"{'conc':>4} {'config':<11} {'tok/s':>7} {'vs off':>6} {'ITL ms':>7} {'accept per position':<24} "
+             f"{'tok/step':>8} {'pred':>5} same"]
+    for r in rows:
+        s = r.stats
+        per_pos = " ".join(f"{a:.2f}" for a in s.acceptance_rate_per_pos) if s else "-"
+        measured = f"{s.mean_tokens_per_step:.2f}" if s else "-"
+        predicted = f"{s.predicted_tokens_per_step():.2f}" if s else "-"
+        lines.append(f"{r.concurrency:>4} {r.config:<11} {r.tokens_per_s:7.0f} {r.vs_off:5.2f}x {r.itl_ms:7.2f} "
+                     f"{per_pos:<24} {measured:>8} {predicted:>5} {'yes' if r.same_as_off else 'NO'}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 32])
@@ -71,39 +132,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.concurrency, args.k, args.repeats, args.max_tokens, args.prompt_len = [1, 4], [2], 1, 8, 32
-    model, _ = load_model("tiny-llama", dtype=torch.float32)
-    draft, _ = load_model("tiny-llama-draft", dtype=torch.float32)
-    table = configs(args.k)
     print(f"tiny-llama on the CPU, {torch.get_num_threads()} threads; prompts of {args.prompt_len} tokens, "
           f"{args.max_tokens} greedy output tokens each; medians of {args.repeats} interleaved repeats", flush=True)
-    warm = make_prompts(2, args.prompt_len)
-    for spec in [] if args.quick else table.values():  # warm up torch's kernels and allocator, unmeasured
-        run_once(model, draft, warm, 4, spec)
-    rows = []
-    for concurrency in args.concurrency:
-        prompts = make_prompts(concurrency, args.prompt_len, seed=concurrency)
-        rates: dict[str, list[float]] = {name: [] for name in table}
-        itls: dict[str, list[float]] = {name: [] for name in table}
-        stats, outputs = {}, {}
-        for _ in range(args.repeats):
-            for name, spec in table.items():  # interleaved
-                tokens, seconds, itl, spec_stats = run_once(model, draft, prompts, args.max_tokens, spec)
-                rates[name].append(concurrency * args.max_tokens / seconds)
-                itls[name].append(itl)
-                stats[name], outputs[name] = spec_stats, tokens
-        base = statistics.median(rates["off"])
-        for name in table:
-            rate, s = statistics.median(rates[name]), stats[name]
-            per_pos = " ".join(f"{a:.2f}" for a in s.acceptance_rate_per_pos) if s else "-"
-            measured = f"{s.mean_tokens_per_step:.2f}" if s else "-"
-            predicted = f"{s.predicted_tokens_per_step():.2f}" if s else "-"
-            rows.append((concurrency, name, rate, rate / base, 1000 * statistics.median(itls[name]), per_pos,
-                         measured, predicted, outputs[name] == outputs["off"]))
-    print(f"\n{'conc':>4} {'config':<11} {'tok/s':>7} {'vs off':>6} {'ITL ms':>7} {'accept per position':<24} "
-          f"{'tok/step':>8} {'pred':>5} same")
-    for conc, name, rate, ratio, itl, per_pos, measured, predicted, same in rows:
-        print(f"{conc:>4} {name:<11} {rate:7.0f} {ratio:5.2f}x {itl:7.2f} {per_pos:<24} {measured:>8} {predicted:>5} "
-              f"{'yes' if same else 'NO'}")
+    rows = benchmark(args.concurrency, args.k, args.repeats, args.max_tokens, args.prompt_len, warm_up=not args.quick)
+    print("\n" + format_rows(rows))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ class SweepPoint:
     tpot_off_ms: float  # median over requests of (last token - first token) / (tokens - 1)
     tpot_on_ms: float
     tokens_per_step: float  # mean tokens per verification step, measured
-    mean_batch: float  # decoding requests per step without speculation, on average
+    mean_batch: float  # running requests without speculation, averaged over time while requests arrive
+    compute_bound_on: float  # share of that time the speculating run spent in compute-bound steps
 
     @property
     def speedup(self) -> float:
@@ -75,13 +76,21 @@ def speculation_qps_sweep(qps_values: list[float], speculation: SimulatedSpecula
         off = SimulatedEngine(model, group, **settings).run(workload)
         on = SimulatedEngine(model, group, speculation=speculation, **settings).run(workload)
         stats = on.spec_decode_stats
-        decode_steps = [step.num_running for step in off.steps]
         points.append(SweepPoint(qps, median_tpot_ms(off), median_tpot_ms(on),
                                  stats.mean_tokens_per_step if stats else 1.0,
-                                 statistics.fmean(decode_steps) if decode_steps else 0.0))
+                                 _time_average(off, lambda step: step.num_running, workload[-1].arrival_time),
+                                 _time_average(on, lambda step: step.bound == "compute", workload[-1].arrival_time)))
         if on_point is not None:
             on_point(i)
     return points
+
+
+def _time_average(report: SimulationReport, value, until_s: float) -> float:
+    """``value(step)`` averaged over the busy time of the steps that end by ``until_s`` (the last
+    arrival: under load, before the queue drains), each step weighted by its duration."""
+    steps = [step for step in report.steps if step.time_s <= until_s] or report.steps[:1]
+    busy = sum(step.duration_s for step in steps)
+    return sum(value(step) * step.duration_s for step in steps) / busy if busy else 0.0
 
 
 def crossover_qps(points: list[SweepPoint]) -> float | None:

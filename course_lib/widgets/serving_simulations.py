@@ -69,7 +69,8 @@ def sweep_figure(points: list[SweepPoint], speculation: SimulatedSpeculation) ->
     fig = go.Figure()
     fig.add_scatter(x=[p.qps for p in points], y=[p.speedup for p in points], mode="lines+markers", name="speed-up",
                     text=[f"TPOT {p.tpot_off_ms:.1f} ms without, {p.tpot_on_ms:.1f} ms with speculation; "
-                          f"{p.mean_batch:.0f} requests per step on average" for p in points],
+                          f"{p.mean_batch:.0f} requests per step on average; {p.compute_bound_on:.0%} of the "
+                          f"speculating steps compute-bound" for p in points],
                     hovertemplate="QPS %{x}: %{y:.2f}x<br>%{text}<extra></extra>")
     fig.add_hline(y=1, line_dash="dash", line_color="grey", annotation_text="no gain")
     crossing = crossover_qps(points)

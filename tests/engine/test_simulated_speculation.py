@@ -89,6 +89,7 @@ def test_speculation_pays_at_low_load_and_backfires_at_high_load():
     low, high = points
     assert low.speedup > 1.4 and high.speedup < 0.85
     assert high.mean_batch > 5 * low.mean_batch
+    assert high.compute_bound_on > 0.5 > low.compute_bound_on  # verification turned compute-bound
     assert low.tokens_per_step == pytest.approx(expected_tokens_per_step(0.7, 4), rel=0.03)
 
 
@@ -96,7 +97,7 @@ def test_the_crossover_is_interpolated_in_log_qps():
     from course_lib.engine.speculation_sweep import SweepPoint, crossover_qps
 
     def point(qps, speedup):
-        return SweepPoint(qps, speedup * 10.0, 10.0, 2.0, 1.0)
+        return SweepPoint(qps, speedup * 10.0, 10.0, 2.0, 1.0, 0.0)
 
     assert crossover_qps([point(1, 1.5), point(4, 1.5), point(16, 0.5)]) == pytest.approx(8.0)
     assert crossover_qps([point(1, 1.5), point(4, 1.2)]) is None
