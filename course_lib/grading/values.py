@@ -54,9 +54,9 @@ class Fit:
 
     counts: tuple[int, ...]
     shares: tuple[float, ...]          # the expected probability of each outcome
-    statistic: float                   # sum over possible outcomes of (count - expected count)^2 / expected count
+    statistic: float                   # over possible outcomes, the sum of (count - expected)^2 / expected
     degrees_of_freedom: int            # possible outcomes - 1
-    critical: float                    # the statistic a right sampler exceeds with probability ``significance``
+    critical: float                    # what a right sampler's statistic exceeds with probability ``significance``
     significance: float
     impossible: tuple[int, ...]        # outcomes of probability 0 that were drawn
 
@@ -73,9 +73,9 @@ class Fit:
         if not self.degrees_of_freedom:
             return text + ": the one possible outcome every time"
         verdict = "at most" if self.passed else "above"
+        degrees = f"{self.degrees_of_freedom} degree{'s' if self.degrees_of_freedom > 1 else ''} of freedom"
         return text + (f": chi-square {self.statistic:.4g}, {verdict} the critical {self.critical:.4g} "
-                       f"({self.degrees_of_freedom} degree{'s' if self.degrees_of_freedom > 1 else ''} of freedom, "
-                       f"significance {self.significance:g})")
+                       f"({degrees}, significance {self.significance:g})")
 
 
 def _outcomes(indices: tuple[int, ...]) -> str:
@@ -89,8 +89,8 @@ def goodness_of_fit(expected: Any, got: Any, significance: float) -> Fit:
     weights = [float(share) for share in _sequence(expected)]
     shares = tuple(weight / sum(weights) for weight in weights)
     counts = _sequence(got)
-    if (not isinstance(counts, list) or len(counts) != len(shares) or not all(isinstance(c, int) and not isinstance(c, bool)
-                                                                and c >= 0 for c in counts) or not sum(counts)):
+    whole = isinstance(counts, list) and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+    if not whole or len(counts) != len(shares) or not sum(counts):
         raise PlainDataError(f"not a list of {len(shares)} counts of draws")
     draws = sum(counts)
     possible = [i for i, share in enumerate(shares) if share > 0]

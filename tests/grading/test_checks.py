@@ -505,3 +505,4 @@ def test_a_sampler_that_returns_no_token_of_the_vocabulary_is_told_so(returned, 
             return {returned}
     """)
     assert not result.passed and message in result.failures[0].got, "\n".join(result.report(1))
+    assert result.failures[0].expected == "shares [0.25, 0.25, 0.125, 0.25, 0.125]"
