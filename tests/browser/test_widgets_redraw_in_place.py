@@ -4,7 +4,8 @@ In JupyterLab a widget's callbacks may run on another kernel thread, or while ot
 a figure shown through an Output widget could then land in JupyterLab's log console, or not
 at all. The widgets' pictures are PNG images set as widget state (``FigurePane``): choosing a
 preset must swap the image inside the widget, and the log console (which shows, at its default
-"warning" level, the outputs that no cell took) must stay empty.
+"warning" level, the outputs that no cell took) must stay empty. Plotly figures are widget state
+too (``PlotlyPane``, a FigureWidget): the same must hold for them.
 """
 
 from __future__ import annotations
@@ -48,3 +49,22 @@ def test_a_preset_redraws_its_widget_in_place_after_run_all(open_lesson, lesson,
     assert output.locator("img").count() == 1, f"{lesson}: the redraw was added beside the old picture"
     strays = _log_console_entries(page)
     assert not strays, f"{lesson}: {len(strays)} output(s) went to the log console: {strays}"
+
+
+def test_a_plotly_figure_redraws_inside_its_widget_after_run_all(open_lesson):
+    """Module 04's roofline explorer draws with plotly's FigureWidget: choosing a GPU must redraw
+    the same plot (its title names the new GPU), add no second plot, and send nothing astray."""
+    page = open_lesson("04_roofline.ipynb")
+    dropdown = ".widget-dropdown:has(> label:text-is('GPU'))"
+    output = page.locator(".jp-OutputArea-output", has=page.locator(dropdown)).first
+    plot = output.locator(".js-plotly-plot")
+    plot.first.wait_for(timeout=20_000)
+    assert plot.count() == 1, "the roofline explorer should hold one plotly figure"
+    assert "H100-80GB" in plot.locator(".gtitle").text_content()
+    output.locator(f"{dropdown} select").first.select_option(label="L4-24GB")
+    page.wait_for_function("el => el.textContent.includes('L4-24GB')", arg=plot.locator(".gtitle").element_handle(),
+                           timeout=20_000)
+    page.wait_for_timeout(1500)
+    assert plot.count() == 1, "the redraw was added beside the old figure"
+    strays = _log_console_entries(page)
+    assert not strays, f"04_roofline: {len(strays)} output(s) went to the log console: {strays}"
