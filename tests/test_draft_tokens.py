@@ -21,11 +21,11 @@ def test_steps_and_highlights_match_the_engines_acceptance_counts():
 
 
 def test_staff_answer_opens_only_after_the_learner_wrote_something():
-    card = StaffAnswer("Why?", "Because <bandwidth>.")
+    card = StaffAnswer("Why?", "Because <bandwidth>.", "did you name the resource?")
     assert card.button.disabled
     card.box.value = "   "
     assert card.button.disabled
     card.box.value = "Decode reads all weights per token."
     assert not card.button.disabled
     card.button.click()
-    assert "Because &lt;bandwidth&gt;." in card.reveal.value
+    assert "Because &lt;bandwidth&gt;." in card.reveal.value and "did you name the resource?" in card.reveal.value

@@ -37,13 +37,19 @@ def make_prompts(count: int, length: int, seed: int = 0) -> list[list[int]]:
     return [text[s:s + length] for s in starts]
 
 
-def configs(ks: list[int]) -> dict[str, dict | None]:
+METHODS = ("ngram", "draft_model")
+
+
+def configs(ks: list[int], methods: tuple[str, ...] = METHODS) -> dict[str, dict | None]:
+    """"off", then each proposer method at each k, as speculative configs by name."""
     out: dict[str, dict | None] = {"off": None}
-    for k in ks:
-        out[f"ngram k={k}"] = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1,
-                               "prompt_lookup_max": 4}
-    for k in ks:
-        out[f"draft k={k}"] = {"method": "draft_model", "model": "tiny-llama-draft", "num_speculative_tokens": k}
+    if "ngram" in methods:
+        for k in ks:
+            out[f"ngram k={k}"] = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1,
+                                   "prompt_lookup_max": 4}
+    if "draft_model" in methods:
+        for k in ks:
+            out[f"draft k={k}"] = {"method": "draft_model", "model": "tiny-llama-draft", "num_speculative_tokens": k}
     return out
 
 
@@ -76,12 +82,13 @@ class BenchmarkRow:
 
 
 def benchmark(concurrencies: list[int], ks: list[int], repeats: int = 3, max_tokens: int = 64, prompt_len: int = 128,
-              warm_up: bool = True, on_run=None) -> list[BenchmarkRow]:
-    """Every configuration of ``configs(ks)`` at every concurrency, interleaved ``repeats`` times.
-    ``on_run(i)`` reports progress over the ``len(concurrencies) x repeats x configurations`` runs."""
+              methods: tuple[str, ...] = METHODS, warm_up: bool = True, on_run=None) -> list[BenchmarkRow]:
+    """Every configuration of ``configs(ks, methods)`` at every concurrency, interleaved ``repeats``
+    times. ``on_run(i)`` reports progress over the ``len(concurrencies) x repeats x configurations``
+    runs (``num_runs`` counts them)."""
     model, _ = load_model("tiny-llama", dtype=torch.float32)
     draft, _ = load_model("tiny-llama-draft", dtype=torch.float32)
-    table = configs(ks)
+    table = configs(ks, methods)
     for spec in table.values() if warm_up else ():  # warm up torch's kernels and allocator, unmeasured
         run_once(model, draft, make_prompts(2, prompt_len), 4, spec)
     rows, runs = [], 0
@@ -104,6 +111,11 @@ def benchmark(concurrencies: list[int], ks: list[int], repeats: int = 3, max_tok
                               1000 * statistics.median(itls[name]), stats[name], outputs[name] == outputs["off"])
                  for name in table]
     return rows
+
+
+def num_runs(concurrencies: list[int], ks: list[int], repeats: int = 3, methods: tuple[str, ...] = METHODS) -> int:
+    """How many engine runs ``benchmark`` makes with these settings (the warm-up aside)."""
+    return len(concurrencies) * repeats * len(configs(ks, methods))
 
 
 def format_rows(rows: list[BenchmarkRow]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from course_lib.engine.simulated import SimulatedEngine, SimulationReport
 from course_lib.engine.simulated_speculation import SimulatedSpeculation
@@ -44,8 +44,9 @@ class SweepPoint:
     tpot_off_ms: float  # median over requests of (last token - first token) / (tokens - 1)
     tpot_on_ms: float
     tokens_per_step: float  # mean tokens per verification step, measured
-    mean_batch: float  # running requests without speculation, averaged over time while requests arrive
-    compute_bound_on: float  # share of that time the speculating run spent in compute-bound steps
+    num_requests: int  # served at this rate
+    batch_off: float  # running requests without speculation, averaged over time while requests arrive
+    compute_bound_on: float  # share of that time the speculating run spent in compute-bound target steps
 
     @property
     def speedup(self) -> float:
@@ -61,31 +62,41 @@ def median_tpot_ms(report: SimulationReport) -> float:
 
 def speculation_qps_sweep(qps_values: list[float], speculation: SimulatedSpeculation | None = None, *,
                           model: ModelSpec | str = "Llama-3.1-70B", gpu: GPU | str = "H100-80GB",
-                          tensor_parallel_size: int = 4, num_requests: int = 200, mean_prompt: int = 256,
-                          mean_output: int = 256, seed: int = 0, on_point=None, **engine_settings) -> list[SweepPoint]:
+                          tensor_parallel_size: int = 4, min_requests: int = 200, arrivals_s: float = 20.0,
+                          mean_prompt: int = 256, mean_output: int = 256, seed: int = 0, on_point=None,
+                          **engine_settings) -> list[SweepPoint]:
     """TPOT with and without ``speculation`` (default: a Llama-3.2-1B draft, k = 4, a = 0.7) for
-    Poisson traffic at each rate, on ``tensor_parallel_size`` GPUs. ``on_point(i)`` reports progress."""
+    Poisson traffic at each rate, on ``tensor_parallel_size`` GPUs; a draft model without its own
+    ``draft_efficiency`` pays the all-reduce latency of its own layers. Each rate serves
+    ``max(min_requests, qps x arrivals_s)`` requests, so busy rates reach a steady batch before
+    the arrivals stop. Prompt and output lengths are exponential with the given means.
+    ``on_point(i)`` reports progress."""
     model = get_model(model) if isinstance(model, str) else model
     group = tensor_parallel_group(get_gpu(gpu) if isinstance(gpu, str) else gpu, tensor_parallel_size)
     speculation = speculation or SimulatedSpeculation(4, 0.7, get_model("Llama-3.2-1B"))
+    if speculation.draft_model is not None and speculation.draft_efficiency is None:
+        speculation = replace(speculation, draft_efficiency=Efficiency(
+            overhead_s=tensor_parallel_overhead_s(speculation.draft_model, tensor_parallel_size)))
     efficiency = Efficiency(overhead_s=tensor_parallel_overhead_s(model, tensor_parallel_size))
     settings = dict(max_model_len=8192, efficiency=efficiency) | engine_settings
     points = []
     for i, qps in enumerate(qps_values):
-        workload = poisson(num_requests, qps, mean_prompt, mean_output, seed=seed)
+        workload = poisson(max(min_requests, round(qps * arrivals_s)), qps, mean_prompt, mean_output, seed=seed)
         off = SimulatedEngine(model, group, **settings).run(workload)
         on = SimulatedEngine(model, group, speculation=speculation, **settings).run(workload)
         stats = on.spec_decode_stats
+        until = workload[-1].arrival_time
         points.append(SweepPoint(qps, median_tpot_ms(off), median_tpot_ms(on),
-                                 stats.mean_tokens_per_step if stats else 1.0,
-                                 _time_average(off, lambda step: step.num_running, workload[-1].arrival_time),
-                                 _time_average(on, lambda step: step.bound == "compute", workload[-1].arrival_time)))
+                                 stats.mean_tokens_per_step if stats else 1.0, len(workload),
+                                 time_average(off, lambda step: step.num_running, until),
+                                 time_average(on, lambda step: (step.bound == "compute") * (1 - step.draft_s / step.duration_s),
+                                              until)))
         if on_point is not None:
             on_point(i)
     return points
 
 
-def _time_average(report: SimulationReport, value, until_s: float) -> float:
+def time_average(report: SimulationReport, value, until_s: float) -> float:
     """``value(step)`` averaged over the busy time of the steps that end by ``until_s`` (the last
     arrival: under load, before the queue drains), each step weighted by its duration."""
     steps = [step for step in report.steps if step.time_s <= until_s] or report.steps[:1]

@@ -167,7 +167,7 @@ def _show_got(want: Any, got: Any, rule: Rule) -> str:
     if rule.significance is None:
         return show(got)
     try:
-        return goodness_of_fit(want, got, rule.significance).text()
+        return goodness_of_fit(want, got, rule.significance, rule.draws).text()
     except PlainDataError as error:
         return f"{show(got)}: {error}"
 

@@ -46,6 +46,7 @@ class Rule:
     abs_tol: float = 1e-9
     ordered: bool = False
     significance: float | None = None  # results are counts of draws from the expected distribution
+    draws: int | None = None  # with a significance: how many draws every result must count
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,19 @@ def _outcomes(indices: tuple[int, ...]) -> str:
     return ("outcome " if len(indices) == 1 else "outcomes ") + ", ".join(map(str, indices))
 
 
-def goodness_of_fit(expected: Any, got: Any, significance: float) -> Fit:
+def goodness_of_fit(expected: Any, got: Any, significance: float, draws: int | None = None) -> Fit:
     """Test plain counts ``got`` against the plain distribution ``expected`` (one share per outcome,
     normalised here to sum to 1). Raises PlainDataError when ``got`` is not one count (an int, 0 or
-    more) per outcome, with at least one draw."""
+    more) per outcome, with at least one draw, or (given ``draws``) counts another number of draws:
+    a result from fewer draws than the grader asked for would pass a looser test."""
     weights = [float(share) for share in _sequence(expected)]
     shares = tuple(weight / sum(weights) for weight in weights)
     counts = _sequence(got)
     whole = isinstance(counts, list) and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
     if not whole or len(counts) != len(shares) or not sum(counts):
         raise PlainDataError(f"not a list of {len(shares)} counts of draws")
+    if draws is not None and sum(counts) != draws:
+        raise PlainDataError(f"counts of {sum(counts)} draws, not of the {draws} the grader asked for")
     draws = sum(counts)
     possible = [i for i, share in enumerate(shares) if share > 0]
     statistic = sum((counts[i] - draws * shares[i]) ** 2 / (draws * shares[i]) for i in possible)
@@ -205,7 +209,7 @@ def same_value(expected: Any, got: Any, rule: Rule = Rule()) -> bool:
     """Whether plain result ``got`` equals plain reference ``expected`` under ``rule``."""
     try:
         if rule.significance is not None:
-            return goodness_of_fit(expected, got, rule.significance).passed
+            return goodness_of_fit(expected, got, rule.significance, rule.draws).passed
         return _same(expected, got, rule)
     except (Exception, RecursionError):  # noqa: BLE001 - malformed data from the learner's side, or 10**400
         return False

@@ -8,11 +8,12 @@ import ipywidgets as w
 
 
 class StaffAnswer(w.VBox):
-    """The question, a box for the learner's answer, and the model answer behind a button. The
-    button stays disabled until something is written: the comparison is the point."""
+    """The question, a box for the learner's answer, and the model answer behind a button, with
+    ``compare``: what to check in one's own answer. The button stays disabled until something is
+    written: the comparison is the point."""
 
-    def __init__(self, question: str, answer: str) -> None:
-        self.answer = answer
+    def __init__(self, question: str, answer: str, compare: str) -> None:
+        self.answer, self.compare = answer, compare
         self.box = w.Textarea(placeholder="Your answer, in two or three sentences", layout=w.Layout(width="95%", height="6em"))
         self.button = w.Button(description="Compare with the staff answer", disabled=True,
                                layout=w.Layout(width="auto"))
@@ -26,5 +27,4 @@ class StaffAnswer(w.VBox):
 
     def _show(self, _button=None) -> None:
         self.reveal.value = (f"<blockquote><i>{html.escape(self.answer)}</i></blockquote>"
-                             "<p>Compare: did you name the same resource (compute or bandwidth), the same metric "
-                             "and the same condition for when it pays?</p>")
+                             f"<p>Compare: {html.escape(self.compare)}</p>")

@@ -50,6 +50,29 @@ def test_a_drafter_that_is_never_right_only_costs():
     assert useless.tokens_computed > off.tokens_computed  # every draft was charged, then rolled back
 
 
+def test_a_draft_model_pays_its_own_per_pass_overhead_in_the_sweep():
+    """The draft's passes cost the all-reduces of its 16 layers, not the 80-layer target's."""
+    draft_only = SimulatedSpeculation(1, 0.5, DRAFT, draft_efficiency=Efficiency(overhead_s=0.002))
+    zero = Efficiency(overhead_s=0.0)
+    pure = step_cost(DRAFT, GPU, [(100, 1)], "bf16", zero).time_s
+    assert draft_only.draft_time_s(GPU, [(100, 1)], "bf16", zero) == pytest.approx(pure + 0.002)
+    assert tensor_parallel_overhead_s(DRAFT, 4) < tensor_parallel_overhead_s(get_model("Llama-3.1-70B"), 4) / 2
+
+
+def test_median_tpot_and_time_averages():
+    from course_lib.engine.simulated import SimulatedStep, SimulationReport
+    from course_lib.engine.speculation_sweep import median_tpot_ms, time_average
+
+    report = SimulationReport([SimulatedStep(1.0, 1.0, {}, 2, 0, 0.0, 0, "memory"),
+                               SimulatedStep(4.0, 3.0, {}, 6, 0, 0.0, 0, "compute", draft_s=1.0),
+                               SimulatedStep(9.0, 5.0, {}, 1, 0, 0.0, 0, "memory")],
+                              itl_per_request=[[0.01, 0.03], [0.05], []])
+    assert median_tpot_ms(report) == pytest.approx(35.0)  # per-request means 20 ms and 50 ms
+    assert time_average(report, lambda step: step.num_running, until_s=4.0) == pytest.approx((2 * 1 + 6 * 3) / 4)
+    compute = time_average(report, lambda step: (step.bound == "compute") * (1 - step.draft_s / step.duration_s), 4.0)
+    assert compute == pytest.approx(2 / 4)  # 2 of the 4 busy seconds in the compute-bound target step
+
+
 def test_draft_passes_run_one_after_another_for_the_requests_still_drafting():
     speculation = SimulatedSpeculation(3, 0.5, DRAFT)
     efficiency = Efficiency()
@@ -63,6 +86,9 @@ def test_acceptance_stops_at_the_first_rejection():
     rng = random.Random(0)
     always, never = SimulatedSpeculation(4, 1.0), SimulatedSpeculation(4, 0.0)
     assert always.num_accepted(rng, 3) == 3 and never.num_accepted(rng, 3) == 0
+    scripted = iter([0.1, 0.9, 0.1, 0.1])  # accept, reject, then two draws that would have accepted
+    rng = type("Scripted", (), {"random": lambda self: next(scripted)})()
+    assert SimulatedSpeculation(4, 0.8).num_accepted(rng, 4) == 1
 
 
 @pytest.mark.parametrize("bad", [dict(num_speculative_tokens=0, acceptance_rate=0.5),
@@ -85,10 +111,11 @@ def test_a_tensor_parallel_group_splits_a_steps_time():
 
 
 def test_speculation_pays_at_low_load_and_backfires_at_high_load():
-    points = speculation_qps_sweep([1, 64], num_requests=300)
+    points = speculation_qps_sweep([1, 64])
     low, high = points
+    assert (low.num_requests, high.num_requests) == (200, 1280)  # 20 s of arrivals at 64 QPS
     assert low.speedup > 1.4 and high.speedup < 0.85
-    assert high.mean_batch > 5 * low.mean_batch
+    assert high.batch_off > 200 > 10 > low.batch_off  # busy: near the 256-sequence cap
     assert high.compute_bound_on > 0.5 > low.compute_bound_on  # verification turned compute-bound
     assert low.tokens_per_step == pytest.approx(expected_tokens_per_step(0.7, 4), rel=0.03)
 
@@ -97,7 +124,7 @@ def test_the_crossover_is_interpolated_in_log_qps():
     from course_lib.engine.speculation_sweep import SweepPoint, crossover_qps
 
     def point(qps, speedup):
-        return SweepPoint(qps, speedup * 10.0, 10.0, 2.0, 1.0, 0.0)
+        return SweepPoint(qps, speedup * 10.0, 10.0, 2.0, 200, 1.0, 0.0)
 
     assert crossover_qps([point(1, 1.5), point(4, 1.5), point(16, 0.5)]) == pytest.approx(8.0)
     assert crossover_qps([point(1, 1.5), point(4, 1.2)]) is None

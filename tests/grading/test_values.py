@@ -107,3 +107,12 @@ def test_anything_but_counts_fails_a_chi_square_rule_without_raising():
         assert not same_value(shares, to_plain(junk), DRAWN)
         with pytest.raises(PlainDataError, match="counts of draws"):
             goodness_of_fit(shares, to_plain(junk), 1e-4)
+
+
+def test_counts_of_fewer_draws_than_asked_for_never_pass():
+    """A learner's process that sends counts of 1 draw (a forged caller) would pass any loose test."""
+    shares, rule = to_plain([0.5, 0.5]), Rule(significance=1e-6, draws=3000)
+    assert same_value(shares, to_plain([1500, 1500]), rule)
+    assert not same_value(shares, to_plain([1, 0]), rule) and not same_value(shares, to_plain([1501, 1500]), rule)
+    with pytest.raises(PlainDataError, match="counts of 1 draws, not of the 3000 the grader asked for"):
+        goodness_of_fit(shares, to_plain([1, 0]), 1e-6, draws=3000)

@@ -25,7 +25,7 @@ from course_lib.perf.serving import pd_ratio
 
 PEAKS = Efficiency(compute=1.0, memory=1.0, overhead_s=0.0)  # the roofline itself: no share lost, no overhead
 DRAWS = 3000  # calls of the learner's sampler per case
-SIGNIFICANCE = 1e-4  # a right sampler fails a case this rarely
+SIGNIFICANCE = 1e-6  # a right sampler fails a case this rarely; the mistakes score far above the critical value
 
 
 # Task 1
@@ -254,7 +254,7 @@ TASKS = (
     Task(2, "Greedy verification", "verify_greedy", _greedy_cases, engine_greedy_verify, hint=_greedy_hint,
          examples=3),
     Task(3, "One rejection-sampling step", "rejection_step", _rejection_cases, rejection_shares,
-         rule=Rule(significance=SIGNIFICANCE), hint=_rejection_hint, call="repeated_draws",
+         rule=Rule(significance=SIGNIFICANCE, draws=DRAWS), hint=_rejection_hint, call="repeated_draws",
          describe=_describe_draws, examples=1),
     Task(4, "The P:D ratio", "prefill_per_decode", _ratio_cases, engine_pd_ratio, hint=_ratio_hint, examples=1),
 )
