@@ -123,11 +123,11 @@ class LLM:
         """Draft tokens for every running request that got a token this step and is decoding."""
         running = self.scheduler.running
         self.proposer.release({r.request_id for r in running})
-        ready = [r for r in running if r.request_id in sampled and r.num_tokens - r.num_computed_tokens == 1
-                 and self.scheduler.draft_room(r) > 0]
-        if not ready:
+        candidates = self.scheduler.draft_candidates(sampled)
+        if not candidates:
             return
-        drafts = self.proposer.propose(ready, [self.scheduler.draft_room(r) for r in ready], self._generators)
+        ready = [request for request, _ in candidates]
+        drafts = self.proposer.propose(ready, [room for _, room in candidates], self._generators)
         for request, draft in zip(ready, drafts):
             request.spec_token_ids, request.spec_probs = draft.token_ids, draft.probs
             request.spec_stats.num_proposed_tokens += len(draft.token_ids)

@@ -63,6 +63,14 @@ class Scheduler:
             cap = min(cap, self.config.long_prefill_token_threshold - 1)
         return max(0, min(request.room() - 1, cap))
 
+    def draft_candidates(self, sampled: dict) -> list[tuple[Request, int]]:
+        """The running requests a proposer drafts for after a step, with their ``draft_room``: those
+        that got tokens in it (``sampled``), are decoding (only their last token is uncomputed) and
+        have room for at least one draft."""
+        return [(r, room) for r in self.running
+                if r.request_id in sampled and r.num_tokens - r.num_computed_tokens == 1
+                and (room := self.draft_room(r)) > 0]
+
     def add_request(self, request: Request) -> None:
         self.requests[request.request_id] = request
         self.waiting.append(request)

@@ -204,12 +204,11 @@ class SimulatedEngine:
         if self.speculation is None:
             return 0.0
         drafts = []
-        for request in self.scheduler.running:
-            room = min(self.speculation.num_speculative_tokens, self.scheduler.draft_room(request))
-            if request.request_id in sampled and request.num_tokens - request.num_computed_tokens == 1 and room > 0:
-                request.spec_token_ids = [PLACEHOLDER_TOKEN] * room
-                request.spec_stats.num_proposed_tokens += room
-                drafts.append((request.num_tokens, room))
+        for request, room in self.scheduler.draft_candidates(sampled):
+            room = min(self.speculation.num_speculative_tokens, room)
+            request.spec_token_ids = [PLACEHOLDER_TOKEN] * room
+            request.spec_stats.num_proposed_tokens += room
+            drafts.append((request.num_tokens, room))
         return self.speculation.draft_time_s(self.gpu, drafts, self.dtype, self.efficiency)
 
     def _report(self, steps, finished: list[Request], tags: dict[str, str]) -> SimulationReport:
