@@ -19,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from course_lib.engine.backend import resolve_attention_backend
 from course_lib.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
 from course_lib.engine.metrics import SpecDecodeStats, StepRecord
@@ -80,9 +81,9 @@ class LLM:
         num_cpu_blocks = num_gpu_blocks if num_cpu_blocks is None and preemption_mode == "swap" else (num_cpu_blocks or 0)
         self.kv_cache_manager = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.scheduler_config, self.kv_cache_manager, num_cpu_blocks)
-        # Triton kernels where they compile; on a CPU they only run in the (slow) interpreter.
-        attention_backend = attention_backend or ("triton" if device.startswith("cuda") else "torch")
-        self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, attention_backend)
+        # Triton kernels where they compile and pass a probe step, else PyTorch (see engine/backend.py).
+        self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
+        self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend)
         self.speculative_config = None if speculative_config is None else SpeculativeConfig.from_dict(speculative_config)
         self.proposer = self._make_proposer(self.speculative_config, dtype, device)
         self.spec_decode_stats = (SpecDecodeStats(self.speculative_config.num_speculative_tokens)

@@ -9,7 +9,6 @@ last token's and each draft's), and the rejection sampler turns them into 1 to `
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -58,10 +57,6 @@ class ModelRunner:
         self.model = model
         self.block_size = block_size
         param = next(model.parameters())
-        if attention_backend == "triton" and param.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-            raise ValueError("attention_backend='triton' on the CPU needs TRITON_INTERPRET=1 in the environment "
-                             "before Python starts (kernels then run in Triton's slow interpreter); "
-                             "or use attention_backend='torch'.")
         self.build_metadata = _metadata_builder(attention_backend)
         c = model.config
         shape = (2, num_blocks, block_size, c.num_key_value_heads, c.head_dim)

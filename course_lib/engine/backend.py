@@ -1,0 +1,106 @@
+"""Which attention backend an ``LLM`` runs, and the probe that shows the Triton one works here.
+
+``attention_backend=None`` (the default) means Triton on CUDA and PyTorch elsewhere (on a CPU the
+kernels only run in Triton's slow interpreter). Before the engine runs the Triton backend,
+``probe_triton`` pushes one tiny step (a decode, and a three-token chunk after cached context)
+through both backends' ``write`` and ``attend`` at the model's heads, KV heads, head dim, block
+size, dtype and device, and compares the outputs. That compiles the kernels the engine will
+launch, so an old GPU, a driver mismatch or a Triton that cannot target the device fails here,
+not in the middle of ``generate``.
+
+* Default, and the probe fails: one ``AttentionBackendFallback`` warning that names the error and
+  the flags; the engine runs on ``"torch"``.
+* ``attention_backend="triton"``, and the probe fails: ``RuntimeError``. An explicit choice is
+  never overridden silently.
+* ``attention_backend="torch"``: no probe.
+
+A kernel that faults while running (an illegal memory access) can leave the CUDA context unusable
+for the fallback too; compile errors and missing kernel images, the failures this is for, do not.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+from course_lib.engine.attention import build_metadata
+from course_lib.models.llama import LlamaForCausalLM
+
+HINT = ('Pass attention_backend="torch" to LLM to use PyTorch attention without this check, or '
+        'attention_backend="triton" to make a failure an error.')
+
+
+class AttentionBackendFallback(RuntimeWarning):
+    """The Triton attention backend failed its probe; the engine runs on the PyTorch backend."""
+
+
+def default_attention_backend(device: torch.device) -> str:
+    """Triton where its kernels compile (CUDA), PyTorch elsewhere."""
+    return "triton" if device.type == "cuda" else "torch"
+
+
+def _one_line(error: BaseException, limit: int = 300) -> str:
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, block_size: int) -> str:
+    """The backend the engine runs for ``model``'s device and dtype, by the module docstring's rules.
+    Names other than "triton" pass through (``ModelRunner`` refuses unknown ones)."""
+    param = next(model.parameters())
+    choice = requested or default_attention_backend(param.device)
+    if choice != "triton":
+        return choice
+    if param.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError('attention_backend="triton" on the CPU needs TRITON_INTERPRET=1 in the environment '
+                         "before Python starts (kernels then run in Triton's slow interpreter); "
+                         'or use attention_backend="torch".')
+    c = model.config
+    try:
+        probe_triton(c.num_attention_heads, c.num_key_value_heads, c.head_dim, block_size, param.dtype, param.device)
+    except Exception as error:  # noqa: BLE001 - whatever compiling or launching raises is the reason
+        if requested == "triton":
+            raise RuntimeError(f'attention_backend="triton" failed its start-up probe on {param.device}: '
+                               f'{_one_line(error)}. Use attention_backend="torch", or install a Triton that '
+                               "supports this GPU (./course check tests it).") from error
+        warnings.warn(f"The Triton attention kernels failed on {param.device} ({_one_line(error)}); this LLM "
+                      f"uses the PyTorch attention backend instead. {HINT}", AttentionBackendFallback, stacklevel=3)
+        return "torch"
+    return "triton"
+
+
+def probe_triton(num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+    """One tiny step on the Triton backend against the PyTorch backend. Raises what compiling or
+    launching raises, or ``ValueError`` when the outputs differ (a NaN counts as a difference)."""
+    from course_lib.engine.triton_attention import TritonAttentionMetadata
+
+    query_lens, seq_lens = [1, 3], [block_size + 1, block_size + 3]  # both cross a block boundary
+    tables, used = [], 0
+    for length in seq_lens:
+        count = -(-length // block_size)
+        tables.append(list(range(used, used + count)))
+        used += count
+    slots = [table[p // block_size] * block_size + p % block_size
+             for table, n, length in zip(tables, query_lens, seq_lens) for p in range(length - n, length)]
+    generator = torch.Generator().manual_seed(0)
+
+    def random(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+    cache = random(2, used, block_size, num_kv_heads, head_dim)
+    q, k, v = (random(len(slots), heads, head_dim) for heads in (num_heads, num_kv_heads, num_kv_heads))
+    outputs = []
+    for build in (build_metadata, TritonAttentionMetadata.build):
+        metadata = build(slots, query_lens, seq_lens, tables, block_size, device)
+        kv_cache = cache.clone()
+        metadata.write(kv_cache, k, v)
+        outputs.append(metadata.attend(q, kv_cache, head_dim ** -0.5).float())
+    difference = (outputs[0] - outputs[1]).abs().max().item()
+    tolerance = 1e-4 if dtype in (torch.float32, torch.float64) else 5e-2
+    if not difference <= tolerance:
+        raise ValueError(f"the Triton backend's attention differs from the PyTorch backend's by up to "
+                         f"{difference:.3g} (tolerance {tolerance:g}) on a {dtype} probe step")
