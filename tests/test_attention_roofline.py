@@ -19,12 +19,23 @@ def test_big_batches_reach_the_bandwidth_roof_and_small_ones_cannot():
     share = {(r["batch"], r["context"]): r["paged_gb_per_s"] * 1e9 / H100.hbm_bandwidth for r in sweep["rows"]}
     assert set(share) == {(b, c) for b in BATCHES for c in CONTEXTS}
     assert share[(128, 16384)] > 0.95
-    # batch 1 runs 8 programs (one per KV head) on 132 SMs: at most 8/132 of the peak
-    assert share[(1, 16384)] <= 8 / 132 + 1e-9
+    # batch 1 at 512 tokens: 8 programs (one per KV head, too short to split) on 132 SMs
+    assert share[(1, 512)] <= 8 / 132 + 1e-9
+    # at 16k the context splits into 33 partitions: 264 programs fill the GPU, two launches
+    assert 0.5 < share[(1, 16384)] < share[(128, 16384)]
     assert all(share[(b, 512)] < share[(b, 16384)] for b in BATCHES), "the launch cost matters most for small calls"
     assert sweep["predicted"] is True
 
 
+def test_a_split_pays_a_second_launch_and_its_partial_states():
+    from course_lib.perf.attention_roofline import LAUNCH_S
+
+    seconds = predicted_decode_seconds(H100, 1, 16384)  # 33 partitions x 8 KV heads = 264 programs
+    moved = decode_attention_bytes(1, 16384, 32, 8, 128, 2) + 2 * 32 * 33 * 130 * 4
+    assert seconds == pytest.approx(2 * LAUNCH_S + moved / H100.hbm_bandwidth)
+
+
 def test_time_is_launch_plus_bytes_over_the_drawn_bandwidth():
-    seconds = predicted_decode_seconds(H100, 132, 4096, heads=8, kv_heads=1, head_dim=128, launch_s=0)
-    assert seconds == pytest.approx(decode_attention_bytes(132, 4096, 8, 1, 128, 2) / H100.hbm_bandwidth)
+    # 264 sequences x 1 KV head: two programs per SM already, so no split
+    seconds = predicted_decode_seconds(H100, 264, 4096, heads=8, kv_heads=1, head_dim=128, launch_s=0)
+    assert seconds == pytest.approx(decode_attention_bytes(264, 4096, 8, 1, 128, 2) / H100.hbm_bandwidth)

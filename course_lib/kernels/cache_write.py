@@ -35,6 +35,12 @@ def _write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr, block_size,
              v, mask=ok)
 
 
+def write_constants(kv_heads: int, head_dim: int) -> dict:
+    """The write kernel's constexprs: one [kv_heads, head_dim] tile per token, padded to powers of two."""
+    return dict(HEADS=kv_heads, DIM=head_dim, HEADS_PAD=triton.next_power_of_2(kv_heads),
+                DIM_PAD=triton.next_power_of_2(head_dim))
+
+
 def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                    slot_mapping: torch.Tensor) -> None:
     """Store ``k``/``v`` ``[N, kv_heads, head_dim]`` at slots ``slot_mapping[N]`` of caches
@@ -54,8 +60,7 @@ def write_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
         return
     _write_kernel[(n,)](k, v, k_cache, v_cache, slot_mapping.contiguous(), k_cache.shape[1],
                         *k.stride(), *v.stride(), *k_cache.stride(), *v_cache.stride(),
-                        HEADS=heads, DIM=dim, HEADS_PAD=triton.next_power_of_2(heads),
-                        DIM_PAD=triton.next_power_of_2(dim))
+                        **write_constants(heads, dim))
 
 
 def write_kv_cache_ref(k, v, k_cache, v_cache, slot_mapping) -> None:

@@ -14,28 +14,48 @@ import torch
 import triton
 import triton.language as tl
 
+from course_lib.perf.attention_roofline import choose_num_partitions
+
 
 @triton.jit
-def _fold_block(q, k, v, visible, running_max, running_sum, acc):
-    """Fold one KV block into an online softmax: q [rows, DIM], k/v [BLOCK, DIM], visible [rows, BLOCK].
-    Returns the new running max, running sum and value accumulator (all per query row)."""
-    scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)  # [rows, BLOCK]
+def _fold_block(q, k, v, visible, running_max, running_sum, acc, USE_DOT: tl.constexpr = False):
+    """Fold one KV block into an online softmax: q [rows, DIM] (already scaled), k/v [BLOCK, DIM],
+    visible [rows, BLOCK]. Returns the new running max, running sum and value accumulator (all per
+    query row, float32). With ``USE_DOT`` (rows, BLOCK and DIM all 16 or more) both products run
+    on tensor cores: q, k and v in the cache's dtype, the softmax weights cast to it for P x V,
+    float32 accumulation (as FlashAttention does); otherwise broadcast multiply-adds in float32,
+    which materialise a [rows, BLOCK, DIM] tile and suit only small tiles."""
+    if USE_DOT:
+        scores = tl.dot(q, tl.trans(k))  # [rows, BLOCK], float32
+    else:
+        scores = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
     scores = tl.where(visible, scores, float("-inf"))
     new_max = tl.maximum(running_max, tl.max(scores, axis=1))
     new_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows that have seen no key yet
     weights = tl.exp(scores - new_max[:, None])
     rescale = tl.exp(running_max - new_max)
     running_sum = running_sum * rescale + tl.sum(weights, axis=1)
-    acc = acc * rescale[:, None] + tl.sum(weights[:, :, None] * v[None, :, :], axis=1)
+    if USE_DOT:
+        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
+    else:
+        acc = acc * rescale[:, None] + tl.sum(weights[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
     return new_max, running_sum, acc
 
 
 @triton.jit
-def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, lens_ptr, scale,
-                   stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb,
-                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr):
+def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, part_max_ptr, part_sum_ptr, tables_ptr, lens_ptr, scale,
+                   partition_tokens, stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb,
+                   stride_ob, stride_oh, stride_op, stride_mb, stride_mh,
+                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr,
+                   SPLIT: tl.constexpr):
+    """One program per (sequence, KV head, partition of ``partition_tokens`` context tokens, a
+    multiple of BLOCK). Without ``SPLIT`` there is one partition and the program writes the
+    normalised output; with it, the partition's softmax state (max and sum per query head, and the
+    unnormalised accumulator), which ``_reduce_partitions_kernel`` combines. A partition past the
+    sequence's end stores max -inf, sum 0 and a zero accumulator."""
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
+    part = tl.program_id(2)
     rows = tl.arange(0, GROUP_PAD)  # the query heads that share this KV head
     row_ok = rows < GROUP
     dims = tl.arange(0, DIM)
@@ -44,19 +64,49 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, lens_ptr, scale,
     q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :], mask=row_ok[:, None], other=0.0)
     q = q.to(tl.float32) * scale
     length = tl.load(lens_ptr + seq)
+    first = part * partition_tokens
+    last = tl.minimum(length, first + partition_tokens)
     running_max = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     running_sum = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, DIM], tl.float32)
-    for start in range(0, length, BLOCK):
+    for start in range(first, last, BLOCK):
         block = tl.load(tables_ptr + seq * stride_tb + start // BLOCK).to(tl.int64)  # large pools overflow int32
-        tok_ok = start + offs < length
+        tok_ok = start + offs < last
         kv_offsets = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + dims[None, :]
-        k = tl.load(k_ptr + kv_offsets, mask=tok_ok[:, None], other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + kv_offsets, mask=tok_ok[:, None], other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + kv_offsets, mask=tok_ok[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_offsets, mask=tok_ok[:, None], other=0.0)
         running_max, running_sum, acc = _fold_block(q, k, v, tok_ok[None, :], running_max, running_sum, acc)
-    out = acc / running_sum[:, None]
-    tl.store(out_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+    if SPLIT:
+        tl.store(out_ptr + seq * stride_ob + heads[:, None] * stride_oh + part * stride_op + dims[None, :], acc,
+                 mask=row_ok[:, None])
+        state = seq * stride_mb + heads * stride_mh + part
+        tl.store(part_max_ptr + state, running_max, mask=row_ok)
+        tl.store(part_sum_ptr + state, running_sum, mask=row_ok)
+    else:
+        tl.store(out_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
+                 (acc / running_sum[:, None]).to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _reduce_partitions_kernel(part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, num_partitions,
+                              stride_pb, stride_ph, stride_pp, stride_mb, stride_mh, stride_qb, stride_qh,
+                              PARTS: tl.constexpr, DIM: tl.constexpr):
+    """One program per (sequence, query head): rescale every partition's state to the largest
+    max and combine, out = sum_i e^(m_i - m) acc_i / sum_i e^(m_i - m) s_i. Partitions past the
+    sequence's end (max -inf) weigh 0; the first partition is never empty."""
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    parts = tl.arange(0, PARTS)
+    part_ok = parts < num_partitions
+    dims = tl.arange(0, DIM)
+    state = seq * stride_mb + head * stride_mh + parts
+    maxes = tl.load(part_max_ptr + state, mask=part_ok, other=float("-inf"))
+    sums = tl.load(part_sum_ptr + state, mask=part_ok, other=0.0)
+    weights = tl.exp(maxes - tl.max(maxes, axis=0))
+    accs = tl.load(part_out_ptr + seq * stride_pb + head * stride_ph + parts[:, None] * stride_pp + dims[None, :],
+                   mask=part_ok[:, None], other=0.0)
+    out = tl.sum(weights[:, None] * accs, axis=0) / tl.sum(weights * sums, axis=0)
+    tl.store(out_ptr + seq * stride_qb + head * stride_qh + dims, out.to(out_ptr.dtype.element_ty))
 
 
 def _check(q: torch.Tensor, k_cache: torch.Tensor) -> tuple[int, int, int]:
@@ -70,19 +120,62 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor) -> tuple[int, int, int]:
     return block_size, kv_heads, dim
 
 
+WARP_TILE = 8192  # fp32 elements of a [heads, BLOCK, DIM] product tile above which 4 warps spill
+
+
+def decode_constants(group: int, block_size: int, head_dim: int, split: bool = False) -> dict:
+    """The decode kernel's constexprs for ``group`` query heads per KV head, and its warps: the
+    broadcast products hold a [GROUP_PAD, BLOCK, DIM] float32 tile across the program's threads,
+    so a big tile (GQA 4 or more at head_dim 128) gets 8 warps, keeping every thread's share of it,
+    and the kernel, within its registers (``kernels.resources`` checks this)."""
+    group_pad = triton.next_power_of_2(group)
+    return dict(GROUP=group, GROUP_PAD=group_pad, BLOCK=block_size, DIM=head_dim, SPLIT=split,
+                num_warps=8 if group_pad * block_size * head_dim >= WARP_TILE else 4)
+
+
+def reduce_constants(num_partitions: int, head_dim: int) -> dict:
+    return dict(PARTS=triton.next_power_of_2(num_partitions), DIM=head_dim)
+
+
+def _sm_count(device: torch.device) -> int:
+    """The device's SM count; on a CPU (the interpreter) the H100's 132, so choices match a GPU's."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """q ``[B, heads, head_dim]`` (one query per sequence) over ``seq_lens[b]`` cached tokens -> ``[B, heads, head_dim]``."""
+                           block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                           num_partitions: int | None = None) -> torch.Tensor:
+    """q ``[B, heads, head_dim]`` (one query per sequence) over ``seq_lens[b]`` cached tokens -> ``[B, heads, head_dim]``.
+
+    Each sequence's context is split into ``num_partitions`` pieces (default:
+    ``choose_num_partitions`` for this device and the longest sequence) processed by separate
+    programs and combined by a second kernel; 1 runs the single-pass kernel."""
     block_size, kv_heads, dim = _check(q, k_cache)
     q = q.contiguous()
     out = torch.empty_like(q)
-    group = q.shape[1] // kv_heads
+    batch, heads = q.shape[:2]
+    group = heads // kv_heads
     tables = block_tables.to(torch.int32).contiguous()
-    _decode_kernel[(q.shape[0], kv_heads)](
-        q, k_cache, v_cache, out, tables, seq_lens.to(torch.int32).contiguous(), scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), tables.stride(0),
-        GROUP=group, GROUP_PAD=triton.next_power_of_2(group), BLOCK=block_size, DIM=dim,
-    )
+    lens = seq_lens.to(torch.int32).contiguous()
+    longest = int(lens.max()) if batch else 0
+    parts = num_partitions or choose_num_partitions(batch, kv_heads, longest, _sm_count(q.device))
+    blocks_per_part = max(1, -(-longest // (parts * block_size)))
+    parts = max(1, -(-longest // (blocks_per_part * block_size)))  # no partition wholly past every sequence
+    strides = (q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), tables.stride(0))
+    if parts == 1:
+        _decode_kernel[(batch, kv_heads, 1)](q, k_cache, v_cache, out, out, out, tables, lens, scale,
+                                             max(longest, 1), *strides, 0, 0, 0, 0, 0,
+                                             **decode_constants(group, block_size, dim))
+        return out
+    part_out = torch.empty(batch, heads, parts, dim, dtype=torch.float32, device=q.device)
+    part_max = torch.empty(batch, heads, parts, dtype=torch.float32, device=q.device)
+    part_sum = torch.empty_like(part_max)
+    _decode_kernel[(batch, kv_heads, parts)](q, k_cache, v_cache, part_out, part_max, part_sum, tables, lens, scale,
+                                             blocks_per_part * block_size, *strides, *part_out.stride()[:3],
+                                             *part_max.stride()[:2], **decode_constants(group, block_size, dim, True))
+    _reduce_partitions_kernel[(batch, heads)](part_out, part_max, part_sum, out, parts, *part_out.stride()[:3],
+                                              *part_max.stride()[:2], q.stride(0), q.stride(1),
+                                              **reduce_constants(parts, dim))
     return out
 
 
@@ -104,7 +197,8 @@ def paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scal
 @triton.jit
 def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_ptr, scale,
                     stride_qn, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb,
-                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr):
+                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr,
+                    USE_DOT: tl.constexpr):
     req = tl.program_id(0)
     head = tl.program_id(1)
     tile = tl.program_id(2)
@@ -120,7 +214,8 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_p
     dims = tl.arange(0, DIM)
     offs = tl.arange(0, BLOCK)
     q = tl.load(q_ptr + (q_start + rows[:, None]) * stride_qn + head * stride_qh + dims[None, :],
-                mask=row_ok[:, None], other=0.0).to(tl.float32) * scale
+                mask=row_ok[:, None], other=0.0)
+    q = (q.to(tl.float32) * scale).to(q.dtype)  # scaled once, back in the cache's dtype for the products
     running_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
     running_sum = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DIM], tl.float32)
@@ -129,13 +224,20 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_p
         block = tl.load(tables_ptr + req * stride_tb + start // BLOCK).to(tl.int64)
         key_pos = start + offs
         kv_offsets = block * stride_kb + offs[:, None] * stride_ks + kv_head * stride_kh + dims[None, :]
-        k = tl.load(k_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0)
         visible = (key_pos[None, :] <= query_pos[:, None]) & (key_pos[None, :] < length)
-        running_max, running_sum, acc = _fold_block(q, k, v, visible, running_max, running_sum, acc)
+        running_max, running_sum, acc = _fold_block(q, k, v, visible, running_max, running_sum, acc, USE_DOT)
     out = acc / running_sum[:, None]
     tl.store(out_ptr + (q_start + rows[:, None]) * stride_qn + head * stride_qh + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def prefill_constants(group: int, block_size: int, head_dim: int, block_m: int = 16) -> dict:
+    """The prefill kernel's constexprs: ``block_m`` queries per program, and tensor cores (``tl.dot``)
+    when every side of both products is 16 or more."""
+    return dict(GROUP=group, BLOCK_M=block_m, BLOCK=block_size, DIM=head_dim,
+                USE_DOT=min(block_m, block_size, head_dim) >= 16)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -153,7 +255,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     _prefill_kernel[grid](
         q, k_cache, v_cache, out, tables, starts, seq_lens.to(torch.int32).contiguous(), scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), tables.stride(0),
-        GROUP=q.shape[1] // kv_heads, BLOCK_M=block_m, BLOCK=block_size, DIM=dim,
+        **prefill_constants(q.shape[1] // kv_heads, block_size, dim, block_m),
     )
     return out
 

@@ -14,10 +14,13 @@ kernel can draw, plus a fixed launch cost:
 
     time = launch + max(FLOPs / peak FLOP/s, bytes / (peak HBM x min(1, programs / SMs)))
 
-The kernel runs one program per (sequence, KV head); with fewer programs than SMs the others
-sit idle, and the model assumes a program streams at most one SM's share of the peak. This
-is a prediction from three numbers per GPU, not a measurement: real kernels also lose to
-tail effects, uneven block lengths and cache misses.
+The kernel runs one program per (sequence, KV head, partition of the context). With fewer
+(sequence, KV head) pairs than it takes to fill the GPU, the context is split
+(``choose_num_partitions``, flash-decoding as in vLLM's PagedAttention v2) and a second small
+kernel combines the partitions: one more launch, and each partition's float32 state written
+and read back. The model assumes a program streams at most one SM's share of the peak, so with
+fewer programs than SMs the rest sit idle. This is a prediction from three numbers per GPU, not
+a measurement: real kernels also lose to tail effects, uneven block lengths and cache misses.
 """
 
 from __future__ import annotations
@@ -29,6 +32,16 @@ CONTEXTS = (512, 1024, 4096, 16384)
 SHAPE = {"heads": 32, "kv_heads": 8, "head_dim": 128, "block_size": 16, "dtype": "bfloat16"}
 ELEMENT_BYTES = 2  # of SHAPE's dtype
 LAUNCH_S = 5e-6  # launch and drain of one small CUDA kernel: a few microseconds
+MIN_PARTITION_TOKENS = 256  # below this a partition's program is too short to pay for the reduction
+PROGRAMS_PER_SM = 2  # enough programs in flight to hide memory latency
+
+
+def choose_num_partitions(batch: int, kv_heads: int, max_len: int, sm_count: int) -> int:
+    """How many pieces the decode kernel splits each sequence's context into: 1 when batch x KV
+    heads programs already fill ``PROGRAMS_PER_SM`` per SM; otherwise enough to fill them, but never
+    partitions shorter than ``MIN_PARTITION_TOKENS`` tokens."""
+    wanted = -(-PROGRAMS_PER_SM * sm_count // (batch * kv_heads))
+    return max(1, min(wanted, max_len // MIN_PARTITION_TOKENS))
 
 
 def decode_attention_bytes(batch: int, context: int, heads: int, kv_heads: int, head_dim: int,
@@ -40,10 +53,14 @@ def decode_attention_bytes(batch: int, context: int, heads: int, kv_heads: int, 
 def predicted_decode_seconds(gpu: GPU, batch: int, context: int, heads: int = 32, kv_heads: int = 8,
                              head_dim: int = 128, element_bytes: int = 2, launch_s: float = LAUNCH_S) -> float:
     """The module docstring's model of one paged decode-attention call on ``gpu``."""
+    parts = choose_num_partitions(batch, kv_heads, context, gpu.sm_count)
     moved = decode_attention_bytes(batch, context, heads, kv_heads, head_dim, element_bytes)
+    if parts > 1:  # each partition's accumulator, max and sum in float32, written then read back
+        moved += 2 * batch * heads * parts * (head_dim + 2) * 4
     flops = 4 * batch * heads * context * head_dim
-    active = min(1.0, batch * kv_heads / gpu.sm_count)
-    return launch_s + max(flops / gpu.bf16_flops, moved / (gpu.hbm_bandwidth * active))
+    active = min(1.0, batch * kv_heads * parts / gpu.sm_count)
+    launches = 2 if parts > 1 else 1
+    return launches * launch_s + max(flops / gpu.bf16_flops, moved / (gpu.hbm_bandwidth * active))
 
 
 def predicted_decode_sweep(gpu: GPU) -> dict:

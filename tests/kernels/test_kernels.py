@@ -54,18 +54,68 @@ def test_decode_kernel_matches_reference(dtype, block_size, heads, kv_heads, dim
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("block_size, heads, kv_heads, num_partitions, lengths", [
+    (4, 4, 2, 3, [12, 13, 11]),  # partitions of 4 tokens: exact, one token over, one short (an empty third)
+    (4, 4, 2, 5, [1, 20, 6]),  # length 1: four empty partitions; 20 fills all five
+    (8, 8, 2, 2, [9, 16, 17]),  # a partition boundary inside a block's range, at an exact block, past it
+    (2, 2, 2, 8, [15, 3]),  # many short partitions of 2-token blocks
+])
+def test_split_kv_decode_matches_reference(dtype, block_size, heads, kv_heads, num_partitions, lengths):
+    """Flash-decoding: each partition's softmax state, combined by the reduction kernel."""
+    dim = 16
+    k_cache, v_cache, tables = scattered_cache(lengths, block_size, kv_heads, dim, dtype, seed=7)
+    q = torch.randn(len(lengths), heads, dim, generator=torch.Generator().manual_seed(3)).to(dtype).to(DEVICE)
+    seq_lens = torch.tensor(lengths, device=DEVICE)
+    got = paged_decode_attention(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5, num_partitions=num_partitions)
+    want = paged_decode_attention_ref(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5)
+    torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
+
+
+def test_the_context_is_split_only_when_the_gpu_would_idle():
+    from course_lib.perf.attention_roofline import MIN_PARTITION_TOKENS, choose_num_partitions
+
+    assert choose_num_partitions(batch=1, kv_heads=8, max_len=16384, sm_count=132) == 33  # 2 x 132 SMs / 8
+    assert choose_num_partitions(batch=64, kv_heads=8, max_len=16384, sm_count=132) == 1  # 512 programs already
+    assert choose_num_partitions(batch=1, kv_heads=8, max_len=1024, sm_count=132) == 1024 // MIN_PARTITION_TOKENS
+    assert choose_num_partitions(batch=1, kv_heads=8, max_len=100, sm_count=132) == 1  # too short to split
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("block_size, heads, kv_heads, query_lens, seq_lens", [
     (4, 4, 2, [5, 1, 3], [5, 9, 12]),  # a fresh prompt, a decode, a chunk after cached tokens
     (8, 4, 4, [20, 8], [20, 24]),  # queries spanning several query tiles and exact blocks
     (16, 2, 1, [7], [39]),  # a prefix-cache hit: 32 cached tokens, 7 new
 ])
 def test_prefill_kernel_matches_reference(dtype, block_size, heads, kv_heads, query_lens, seq_lens):
-    dim = 16
+    """Tiles of 4 queries: the broadcast multiply-add path."""
+    check_prefill(dtype, block_size, heads, kv_heads, query_lens, seq_lens, dim=16, block_m=4)
+
+
+BF16_DOT = pytest.param(torch.bfloat16, marks=pytest.mark.skipif(
+    DEVICE == "cpu", reason="Triton 3.9's interpreter multiplies bfloat16's raw bits in tl.dot (its create_dot "
+    "converts only fp8 inputs), so the bf16 tensor-core path is checked on a GPU (./course gpu-report)"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, BF16_DOT], ids=str)
+@pytest.mark.parametrize("block_size, dim, query_lens, seq_lens", [
+    (16, 16, [5, 1, 3], [5, 9, 12]),  # short rows in a 16-query tile, a decode row among them
+    (16, 32, [40, 8], [40, 56]),  # three query tiles, and a chunk after 48 cached tokens
+    (32, 16, [17], [81]),  # 64 cached tokens in 32-token blocks, a tile of 16 plus one query
+])
+def test_prefill_kernel_on_tensor_cores_matches_reference(dtype, block_size, dim, query_lens, seq_lens):
+    """Tiles of 16 queries, blocks and head sizes of 16 or more: the tl.dot path."""
+    from course_lib.kernels.paged_attention import prefill_constants
+
+    assert prefill_constants(1, block_size, dim)["USE_DOT"]
+    check_prefill(dtype, block_size, 4, 2, query_lens, seq_lens, dim=dim, block_m=16)
+
+
+def check_prefill(dtype, block_size, heads, kv_heads, query_lens, seq_lens, dim, block_m):
     k_cache, v_cache, tables = scattered_cache(seq_lens, block_size, kv_heads, dim, dtype, seed=3)
     q = torch.randn(sum(query_lens), heads, dim, generator=torch.Generator().manual_seed(2)).to(dtype).to(DEVICE)
     starts = torch.tensor([0] + list(torch.tensor(query_lens).cumsum(0)), device=DEVICE)
     lens = torch.tensor(seq_lens, device=DEVICE)
-    got = paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, dim ** -0.5, block_m=4)
+    got = paged_prefill_attention(q, k_cache, v_cache, tables, starts, lens, dim ** -0.5, block_m=block_m)
     want = paged_prefill_attention_ref(q, k_cache, v_cache, tables, starts, lens, dim ** -0.5)
     torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
 

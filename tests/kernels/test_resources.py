@@ -1,0 +1,44 @@
+"""Every Triton kernel compiles for the A100, L4, H100 and B200 targets without a GPU, and none of
+them spills registers; the committed resource table covers every kernel, shape and target."""
+
+import json
+
+import pytest
+
+from course_lib.kernels.resources import (MAX_REGISTERS, RESULTS, SHAPES, SUITE_SHAPE, TARGETS, measure, table)
+
+
+@pytest.fixture(scope="module")
+def suite_report():
+    return measure((SUITE_SHAPE,))
+
+
+def test_every_kernel_compiles_for_every_target_without_spilling(suite_report):
+    rows = suite_report["rows"]
+    kernels = {row["kernel"] for row in rows}
+    assert kernels >= {"decode", "decode_split", "decode_reduce", "prefill", "cache_write"}
+    assert {(row["kernel"], row["target"]) for row in rows} == {(k, t) for k in kernels for t in TARGETS}
+    spilled = [f"{r['kernel']} on {r['target']}: {r['stack_bytes']} B stack, {r['local_bytes']} B local"
+               for r in rows if r["spills"]]
+    assert not spilled, "register spills (see python -m course_lib.kernels.resources):\n" + "\n".join(spilled)
+    assert all(0 < row["registers"] <= MAX_REGISTERS for row in rows)
+
+
+def test_the_prefill_kernel_runs_its_products_on_tensor_cores(suite_report):
+    sass = suite_report["excerpts"]["prefill"]["sass"]
+    assert any("HMMA" in line for line in sass), sass  # tl.dot at head_dim 128 and 16-token blocks
+    assert any("LDG" in line for line in suite_report["excerpts"]["decode"]["sass"])
+
+
+def test_the_committed_table_covers_every_kernel_shape_and_target(suite_report):
+    committed = json.loads(RESULTS.read_text())
+    labels = {shape.label for shape in SHAPES}
+    kernels = {row["kernel"] for row in suite_report["rows"]}
+    assert {(r["kernel"], r["shape"], r["target"]) for r in committed["rows"]} == {
+        (k, label, t) for k in kernels for label in labels for t in TARGETS}, "rerun python -m course_lib.kernels.resources"
+    assert not any(r["spills"] for r in committed["rows"])
+    if committed["triton"] == suite_report["triton"]:  # another Triton may allocate registers differently
+        fresh = {(r["kernel"], r["target"]): r["registers"] for r in suite_report["rows"]}
+        stored = {(r["kernel"], r["target"]): r["registers"] for r in committed["rows"] if r["shape"] == SUITE_SHAPE.label}
+        assert stored == fresh, "the kernels changed since the table was written: rerun python -m course_lib.kernels.resources"
+    assert "decode" in table(committed["rows"]) and "sm_100" in table(committed["rows"])
