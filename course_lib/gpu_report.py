@@ -144,9 +144,9 @@ def junit_counts(path: Path) -> dict:
     """tests, passed, failed, errors and skipped from a pytest ``--junitxml`` file."""
     suite = ElementTree.parse(path).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
-    return {"tests": counts["tests"], "passed": counts["tests"] - counts["failures"] - counts["errors"] -
-            counts["skipped"], "failed": counts["failures"], "errors": counts["errors"], "skipped": counts["skipped"]}
+    tests, failed, errors, skipped = (int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped"))
+    return {"tests": tests, "passed": tests - failed - errors - skipped, "failed": failed, "errors": errors,
+            "skipped": skipped}
 
 
 def pytest_part(path: str, timeout_s: float) -> Callable[[], tuple[bool, dict]]:
