@@ -10,6 +10,8 @@ accumulator), so the context is read exactly once and never materialised contigu
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -233,11 +235,14 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_p
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
-def prefill_constants(group: int, block_size: int, head_dim: int, block_m: int = 16) -> dict:
+def prefill_constants(group: int, block_size: int, head_dim: int, block_m: int = 16,
+                      dtype: torch.dtype | None = None) -> dict:
     """The prefill kernel's constexprs: ``block_m`` queries per program, and tensor cores (``tl.dot``)
-    when every side of both products is 16 or more."""
+    when every side of both products is 16 or more. Triton's interpreter (a CPU without a GPU)
+    multiplies bfloat16's raw bits in ``tl.dot``, so there bfloat16 takes the broadcast path."""
+    interpreted_bf16 = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
     return dict(GROUP=group, BLOCK_M=block_m, BLOCK=block_size, DIM=head_dim,
-                USE_DOT=min(block_m, block_size, head_dim) >= 16)
+                USE_DOT=min(block_m, block_size, head_dim) >= 16 and not interpreted_bf16)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -255,7 +260,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     _prefill_kernel[grid](
         q, k_cache, v_cache, out, tables, starts, seq_lens.to(torch.int32).contiguous(), scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), tables.stride(0),
-        **prefill_constants(q.shape[1] // kv_heads, block_size, dim, block_m),
+        **prefill_constants(q.shape[1] // kv_heads, block_size, dim, block_m, q.dtype),
     )
     return out
 

@@ -15,8 +15,8 @@ pytest.importorskip("triton")
 @pytest.mark.skipif(not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
                     reason="needs a GPU or Triton's interpreter")
 def test_speculation_on_the_triton_backend_matches_the_torch_backend(tiny_model):
-    model = copy.deepcopy(tiny_model).float()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = copy.deepcopy(tiny_model).float().to(device)  # the backend follows the weights' device
     prompts = [[5, 6, 7, 5, 6, 7, 5], list(range(10, 28)), [30, 31]]
     outputs = {}
     for backend in ("torch", "triton"):

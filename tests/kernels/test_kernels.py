@@ -110,6 +110,16 @@ def test_prefill_kernel_on_tensor_cores_matches_reference(dtype, block_size, dim
     check_prefill(dtype, block_size, 4, 2, query_lens, seq_lens, dim=dim, block_m=16)
 
 
+def test_bf16_prefill_in_the_interpreter_avoids_its_tl_dot():
+    """The interpreter's tl.dot is wrong for bfloat16, so there the wrapper keeps the broadcast path."""
+    from course_lib.kernels.paged_attention import prefill_constants
+
+    interpreting = DEVICE == "cpu"
+    assert prefill_constants(4, 16, 32, dtype=torch.bfloat16)["USE_DOT"] is not interpreting
+    assert prefill_constants(4, 16, 32, dtype=torch.float16)["USE_DOT"]
+    check_prefill(torch.bfloat16, 16, 4, 2, [40, 8], [40, 56], dim=32, block_m=16)
+
+
 def check_prefill(dtype, block_size, heads, kv_heads, query_lens, seq_lens, dim, block_m):
     k_cache, v_cache, tables = scattered_cache(seq_lens, block_size, kv_heads, dim, dtype, seed=3)
     q = torch.randn(sum(query_lens), heads, dim, generator=torch.Generator().manual_seed(2)).to(dtype).to(DEVICE)
