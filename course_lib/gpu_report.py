@@ -79,8 +79,10 @@ class Part:
     min_gpus: int = 1
 
 
-def run_parts(parts: list[Part], gpu_count: int, log: Callable[[str], None] = say) -> dict[str, dict]:
-    """Each part's entry, in order; a part that raises is recorded as failed and the next one runs."""
+def run_parts(parts: list[Part], gpu_count: int, log: Callable[[str], None] = say,
+              on_entry: Callable[[dict[str, dict]], None] | None = None) -> dict[str, dict]:
+    """Each part's entry, in order; a part that raises is recorded as failed and the next one runs.
+    ``on_entry(entries)`` sees the entries so far after every part (to save them as they come)."""
     entries = {}
     for number, part in enumerate(parts, 1):
         step = f"[{number}/{len(parts)}] {part.name}"
@@ -88,6 +90,8 @@ def run_parts(parts: list[Part], gpu_count: int, log: Callable[[str], None] = sa
             entries[part.name] = {"status": "skipped", "duration_s": 0.0,
                                   "reason": f"needs {part.min_gpus} GPUs; this machine has {gpu_count}"}
             log(f"{step}: skipped ({entries[part.name]['reason']})")
+            if on_entry is not None:
+                on_entry(entries)
             continue
         log(f"{step}: running")
         started = time.monotonic()
@@ -98,6 +102,8 @@ def run_parts(parts: list[Part], gpu_count: int, log: Callable[[str], None] = sa
             status, detail = "failed", {"error": "".join(traceback.format_exc().splitlines(True)[-TAIL_LINES:])}
         entries[part.name] = {"status": status, "duration_s": round(time.monotonic() - started, 1), **detail}
         log(f"{step}: {status} in {entries[part.name]['duration_s']:.0f} s")
+        if on_entry is not None:
+            on_entry(entries)
     return entries
 
 
@@ -247,12 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     device, gpu_count = torch.cuda.get_device_name(), torch.cuda.device_count()
     say(f"GPU report on {gpu_count} x {device}")
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    started = time.monotonic()
-    parts = run_parts(default_parts(gpu_count), gpu_count)
-    report = assemble(device, gpu_count, versions(), started_at, time.monotonic() - started, parts)
+    started, about = time.monotonic(), versions()
     out = args.out or benchmark.RESULTS / f"gpu_report_{benchmark.device_label(device)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+
+    def save(entries: dict[str, dict]) -> dict:  # after every part, so a hang later keeps what ran
+        report = assemble(device, gpu_count, about, started_at, time.monotonic() - started, entries)
+        out.write_text(json.dumps(report, indent=2))
+        return report
+
+    report = save(run_parts(default_parts(gpu_count), gpu_count, on_entry=save))
+    parts = report["parts"]
     print(f"{report['status']} in {report['duration_s']:.0f} s: "
           + ", ".join(f"{name} {entry['status']}" for name, entry in parts.items()) + f"; wrote {out}")
     return 0 if report["status"] == "passed" else 1

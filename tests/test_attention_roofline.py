@@ -21,7 +21,7 @@ def test_big_batches_reach_the_bandwidth_roof_and_small_ones_cannot():
     assert share[(128, 16384)] > 0.95
     # batch 1 at 512 tokens: 8 programs (one per KV head, too short to split) on 132 SMs
     assert share[(1, 512)] <= 8 / 132 + 1e-9
-    # at 16k the context splits into 33 partitions: 264 programs fill the GPU, two launches
+    # at 16k the context splits into 32 partitions: 256 programs fill the GPU, two launches
     assert 0.5 < share[(1, 16384)] < share[(128, 16384)]
     assert all(share[(b, 512)] < share[(b, 16384)] for b in BATCHES), "the launch cost matters most for small calls"
     assert sweep["predicted"] is True
@@ -30,8 +30,8 @@ def test_big_batches_reach_the_bandwidth_roof_and_small_ones_cannot():
 def test_a_split_pays_a_second_launch_and_its_partial_states():
     from course_lib.perf.attention_roofline import LAUNCH_S
 
-    seconds = predicted_decode_seconds(H100, 1, 16384)  # 33 partitions x 8 KV heads = 264 programs
-    moved = decode_attention_bytes(1, 16384, 32, 8, 128, 2) + 2 * 32 * 33 * 130 * 4
+    seconds = predicted_decode_seconds(H100, 1, 16384)  # 32 partitions x 8 KV heads = 256 programs
+    moved = decode_attention_bytes(1, 16384, 32, 8, 128, 2) + 2 * 32 * 32 * 130 * 4
     assert seconds == pytest.approx(2 * LAUNCH_S + moved / H100.hbm_bandwidth)
 
 

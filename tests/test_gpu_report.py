@@ -170,3 +170,13 @@ def test_the_ring_part_runs_the_dist_benchmark_in_a_fresh_process():
     assert result["world_size"] == 2 and result["backend"] in ("gloo", "nccl")
     assert [row["size"] for row in result["rows"]] == [4096]
     assert result["rows"][0]["backend_s"] > 0 and result["rows"][0]["ring_s"] > 0
+
+
+def test_every_entry_is_handed_over_as_soon_as_its_part_ends():
+    from course_lib.gpu_report import Part, run_parts
+
+    seen = []
+    parts = [Part("one", lambda: (True, {"x": 1})), Part("two", lambda: (False, {})),
+             Part("many", lambda: (True, {}), min_gpus=4)]
+    run_parts(parts, gpu_count=1, log=lambda line: None, on_entry=lambda entries: seen.append(list(entries)))
+    assert seen == [["one"], ["one", "two"], ["one", "two", "many"]]

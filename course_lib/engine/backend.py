@@ -4,7 +4,8 @@
 kernels only run in Triton's slow interpreter). Before the engine runs the Triton backend,
 ``probe_triton`` pushes one tiny step (a decode, and a three-token chunk after cached context)
 through both backends' ``write`` and ``attend`` at the model's heads, KV heads, head dim, block
-size, dtype and device, and compares the outputs. That compiles the kernels the engine will
+size, dtype and device, and compares the outputs; then split-KV decode (forced to two partitions)
+against its reference. That compiles the kernels the engine will
 launch, so an old GPU, a driver mismatch or a Triton that cannot target the device fails here,
 not in the middle of ``generate``.
 
@@ -20,7 +21,6 @@ for the fallback too; compile errors and missing kernel images, the failures thi
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
@@ -54,7 +54,7 @@ def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, bl
     choice = requested or default_attention_backend(param.device)
     if choice != "triton":
         return choice
-    if param.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    if param.device.type == "cpu" and not triton_interprets():
         raise ValueError('attention_backend="triton" on the CPU needs TRITON_INTERPRET=1 in the environment '
                          "before Python starts (kernels then run in Triton's slow interpreter); "
                          'or use attention_backend="torch".')
@@ -70,6 +70,15 @@ def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, bl
                       f"uses the PyTorch attention backend instead. {HINT}", AttentionBackendFallback, stacklevel=3)
         return "torch"
     return "triton"
+
+
+def triton_interprets() -> bool:
+    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET`` set to 1, true, on or yes)."""
+    try:
+        import triton
+    except ImportError:
+        return False
+    return bool(triton.knobs.runtime.interpret)
 
 
 def probe_triton(num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
@@ -99,8 +108,15 @@ def probe_triton(num_heads: int, num_kv_heads: int, head_dim: int, block_size: i
         kv_cache = cache.clone()
         metadata.write(kv_cache, k, v)
         outputs.append(metadata.attend(q, kv_cache, head_dim ** -0.5).float())
-    difference = (outputs[0] - outputs[1]).abs().max().item()
+    # split-KV decode (long contexts on few sequences) and its reduction kernel, forced on the first sequence
+    from course_lib.kernels.paged_attention import paged_decode_attention, paged_decode_attention_ref
+
+    one = (q[:1], kv_cache[0], kv_cache[1], torch.tensor(tables[:1], dtype=torch.int32, device=device),
+           torch.tensor(seq_lens[:1], device=device), head_dim ** -0.5)
+    outputs += [paged_decode_attention(*one, num_partitions=2).float(), paged_decode_attention_ref(*one).float()]
     tolerance = 1e-4 if dtype in (torch.float32, torch.float64) else 5e-2
-    if not difference <= tolerance:
-        raise ValueError(f"the Triton backend's attention differs from the PyTorch backend's by up to "
-                         f"{difference:.3g} (tolerance {tolerance:g}) on a {dtype} probe step")
+    for name, (got, want) in (("attention step", outputs[1::-1]), ("split-KV decode", outputs[2:])):
+        difference = (got - want).abs().max().item()
+        if not difference <= tolerance:
+            raise ValueError(f"the Triton backend's {name} differs from PyTorch's by up to {difference:.3g} "
+                             f"(tolerance {tolerance:g}) on a {dtype} probe")

@@ -29,6 +29,8 @@ class TritonAttentionMetadata:
     prefill_starts: torch.Tensor  # [P + 1] offsets into prefill_rows
     prefill_tables: torch.Tensor
     prefill_lens: torch.Tensor
+    decode_max_len: int  # the longest decoding context, known here without asking the GPU
+    prefill_max_query_len: int
 
     @classmethod
     def build(cls, slot_mapping: list[int], query_lens: list[int], seq_lens: list[int],
@@ -55,6 +57,8 @@ class TritonAttentionMetadata:
             prefill_starts=ints(prefill_starts),
             prefill_tables=pad_block_tables([block_tables[r] for r in prefill], device, torch.int32),
             prefill_lens=ints([seq_lens[r] for r in prefill]),
+            decode_max_len=max((seq_lens[r] for r in decode), default=0),
+            prefill_max_query_len=max((query_lens[r] for r in prefill), default=0),
         )
 
     def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -64,9 +68,11 @@ class TritonAttentionMetadata:
         out = torch.empty_like(q)
         if len(self.decode_rows):
             out[self.decode_rows] = paged_decode_attention(q[self.decode_rows], kv_cache[0], kv_cache[1],
-                                                           self.decode_tables, self.decode_lens, scale)
+                                                           self.decode_tables, self.decode_lens, scale,
+                                                           max_seq_len=self.decode_max_len)
         if len(self.prefill_rows):
             out[self.prefill_rows] = paged_prefill_attention(q[self.prefill_rows], kv_cache[0], kv_cache[1],
                                                              self.prefill_tables, self.prefill_starts,
-                                                             self.prefill_lens, scale)
+                                                             self.prefill_lens, scale,
+                                                             max_query_len=self.prefill_max_query_len)
         return out

@@ -10,25 +10,28 @@ accumulator), so the context is read exactly once and never materialised contigu
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
-from course_lib.perf.attention_roofline import choose_num_partitions
+from course_lib.perf.attention_roofline import choose_num_partitions, partition_plan
 
 
 @triton.jit
-def _fold_block(q, k, v, visible, running_max, running_sum, acc, USE_DOT: tl.constexpr = False):
+def _fold_block(q, k, v, visible, running_max, running_sum, acc, USE_DOT: tl.constexpr = False,
+                PRECISION: tl.constexpr = "tf32x3"):
     """Fold one KV block into an online softmax: q [rows, DIM] (already scaled), k/v [BLOCK, DIM],
     visible [rows, BLOCK]. Returns the new running max, running sum and value accumulator (all per
     query row, float32). With ``USE_DOT`` (rows, BLOCK and DIM all 16 or more) both products run
     on tensor cores: q, k and v in the cache's dtype, the softmax weights cast to it for P x V,
     float32 accumulation (as FlashAttention does); otherwise broadcast multiply-adds in float32,
-    which materialise a [rows, BLOCK, DIM] tile and suit only small tiles."""
+    which materialise a [rows, BLOCK, DIM] tile and suit only small tiles. ``PRECISION`` is tl.dot's
+    for float32 inputs: "tf32x3" (three TF32 tensor-core products, about float32's accuracy;
+    Triton's default, TF32, would round the inputs to 10 mantissa bits, and "ieee" spills on
+    sm_100); fp16 and bf16 inputs ignore it."""
     if USE_DOT:
-        scores = tl.dot(q, tl.trans(k))  # [rows, BLOCK], float32
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [rows, BLOCK], float32
     else:
         scores = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
     scores = tl.where(visible, scores, float("-inf"))
@@ -38,7 +41,7 @@ def _fold_block(q, k, v, visible, running_max, running_sum, acc, USE_DOT: tl.con
     rescale = tl.exp(running_max - new_max)
     running_sum = running_sum * rescale + tl.sum(weights, axis=1)
     if USE_DOT:
-        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
+        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
     else:
         acc = acc * rescale[:, None] + tl.sum(weights[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
     return new_max, running_sum, acc
@@ -122,20 +125,23 @@ def _check(q: torch.Tensor, k_cache: torch.Tensor) -> tuple[int, int, int]:
     return block_size, kv_heads, dim
 
 
-WARP_TILE = 8192  # fp32 elements of a [heads, BLOCK, DIM] product tile above which 4 warps spill
+TILE_PER_WARP = 1024  # fp32 elements of the [heads, BLOCK, DIM] product tile per warp: 32 per thread
 
 
 def decode_constants(group: int, block_size: int, head_dim: int, split: bool = False) -> dict:
     """The decode kernel's constexprs for ``group`` query heads per KV head, and its warps: the
     broadcast products hold a [GROUP_PAD, BLOCK, DIM] float32 tile across the program's threads,
-    so a big tile (GQA 4 or more at head_dim 128) gets 8 warps, keeping every thread's share of it,
-    and the kernel, within its registers (``kernels.resources`` checks this)."""
+    so warps grow with the tile (4 to 16, ``TILE_PER_WARP`` elements each), keeping every thread's
+    share of it within its registers. ``kernels.resources`` checks this, without spills, at
+    16-token blocks (vLLM's default); bigger blocks with GQA 8 at head_dim 128 would spill."""
     group_pad = triton.next_power_of_2(group)
+    warps = group_pad * block_size * head_dim // TILE_PER_WARP
     return dict(GROUP=group, GROUP_PAD=group_pad, BLOCK=block_size, DIM=head_dim, SPLIT=split,
-                num_warps=8 if group_pad * block_size * head_dim >= WARP_TILE else 4)
+                num_warps=min(16, max(4, triton.next_power_of_2(warps))))
 
 
 def reduce_constants(num_partitions: int, head_dim: int) -> dict:
+    """The reduction's constexprs: a tile of ``num_partitions`` rounded up to a power of two."""
     return dict(PARTS=triton.next_power_of_2(num_partitions), DIM=head_dim)
 
 
@@ -146,12 +152,14 @@ def _sm_count(device: torch.device) -> int:
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
-                           num_partitions: int | None = None) -> torch.Tensor:
+                           num_partitions: int | None = None, max_seq_len: int | None = None) -> torch.Tensor:
     """q ``[B, heads, head_dim]`` (one query per sequence) over ``seq_lens[b]`` cached tokens -> ``[B, heads, head_dim]``.
 
     Each sequence's context is split into ``num_partitions`` pieces (default:
     ``choose_num_partitions`` for this device and the longest sequence) processed by separate
-    programs and combined by a second kernel; 1 runs the single-pass kernel."""
+    programs and combined by a second kernel; 1 runs the single-pass kernel. Pass ``max_seq_len``
+    (the longest of ``seq_lens``) when the caller knows it: reading it from a GPU tensor waits for
+    the GPU on every call."""
     block_size, kv_heads, dim = _check(q, k_cache)
     q = q.contiguous()
     out = torch.empty_like(q)
@@ -159,10 +167,9 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = heads // kv_heads
     tables = block_tables.to(torch.int32).contiguous()
     lens = seq_lens.to(torch.int32).contiguous()
-    longest = int(lens.max()) if batch else 0
+    longest = max_seq_len if max_seq_len is not None else (int(lens.max()) if batch else 0)
     parts = num_partitions or choose_num_partitions(batch, kv_heads, longest, _sm_count(q.device))
-    blocks_per_part = max(1, -(-longest // (parts * block_size)))
-    parts = max(1, -(-longest // (blocks_per_part * block_size)))  # no partition wholly past every sequence
+    parts, partition_tokens = partition_plan(longest, block_size, parts)
     strides = (q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), tables.stride(0))
     if parts == 1:
         _decode_kernel[(batch, kv_heads, 1)](q, k_cache, v_cache, out, out, out, tables, lens, scale,
@@ -173,7 +180,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     part_max = torch.empty(batch, heads, parts, dtype=torch.float32, device=q.device)
     part_sum = torch.empty_like(part_max)
     _decode_kernel[(batch, kv_heads, parts)](q, k_cache, v_cache, part_out, part_max, part_sum, tables, lens, scale,
-                                             blocks_per_part * block_size, *strides, *part_out.stride()[:3],
+                                             partition_tokens, *strides, *part_out.stride()[:3],
                                              *part_max.stride()[:2], **decode_constants(group, block_size, dim, True))
     _reduce_partitions_kernel[(batch, heads)](part_out, part_max, part_sum, out, parts, *part_out.stride()[:3],
                                               *part_max.stride()[:2], q.stride(0), q.stride(1),
@@ -200,7 +207,7 @@ def paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scal
 def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_ptr, scale,
                     stride_qn, stride_qh, stride_kb, stride_ks, stride_kh, stride_tb,
                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, DIM: tl.constexpr,
-                    USE_DOT: tl.constexpr):
+                    USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
     req = tl.program_id(0)
     head = tl.program_id(1)
     tile = tl.program_id(2)
@@ -217,7 +224,10 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_p
     offs = tl.arange(0, BLOCK)
     q = tl.load(q_ptr + (q_start + rows[:, None]) * stride_qn + head * stride_qh + dims[None, :],
                 mask=row_ok[:, None], other=0.0)
-    q = (q.to(tl.float32) * scale).to(q.dtype)  # scaled once, back in the cache's dtype for the products
+    if USE_DOT:  # scaled once, back in the cache's dtype for the tensor cores
+        q = (q.to(tl.float32) * scale).to(q.dtype)
+    else:
+        q = q.to(tl.float32) * scale
     running_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
     running_sum = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DIM], tl.float32)
@@ -229,7 +239,8 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, starts_ptr, lens_p
         k = tl.load(k_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0)
         v = tl.load(v_ptr + kv_offsets, mask=(key_pos < length)[:, None], other=0.0)
         visible = (key_pos[None, :] <= query_pos[:, None]) & (key_pos[None, :] < length)
-        running_max, running_sum, acc = _fold_block(q, k, v, visible, running_max, running_sum, acc, USE_DOT)
+        running_max, running_sum, acc = _fold_block(q, k, v, visible, running_max, running_sum, acc, USE_DOT,
+                                                    PRECISION)
     out = acc / running_sum[:, None]
     tl.store(out_ptr + (q_start + rows[:, None]) * stride_qn + head * stride_qh + dims[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -239,22 +250,23 @@ def prefill_constants(group: int, block_size: int, head_dim: int, block_m: int =
                       dtype: torch.dtype | None = None) -> dict:
     """The prefill kernel's constexprs: ``block_m`` queries per program, and tensor cores (``tl.dot``)
     when every side of both products is 16 or more. Triton's interpreter (a CPU without a GPU)
-    multiplies bfloat16's raw bits in ``tl.dot``, so there bfloat16 takes the broadcast path."""
-    interpreted_bf16 = dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
+    multiplies bfloat16's raw bits in ``tl.dot``, so there bfloat16 takes the broadcast path.
+    float32 products keep about float32's accuracy (``PRECISION`` "tf32x3"), not TF32's."""
+    interpreted_bf16 = dtype == torch.bfloat16 and isinstance(_prefill_kernel, InterpretedFunction)
     return dict(GROUP=group, BLOCK_M=block_m, BLOCK=block_size, DIM=head_dim,
-                USE_DOT=min(block_m, block_size, head_dim) >= 16 and not interpreted_bf16)
+                USE_DOT=min(block_m, block_size, head_dim) >= 16 and not interpreted_bf16, PRECISION="tf32x3")
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
-                            scale: float, block_m: int = 16) -> torch.Tensor:
+                            scale: float, block_m: int = 16, max_query_len: int | None = None) -> torch.Tensor:
     """Flat queries ``[N, heads, head_dim]``: request ``r`` owns rows ``query_start_loc[r]:[r+1]``,
     the last positions of its ``seq_lens[r]`` tokens, and attends causally to its cached context."""
     block_size, kv_heads, dim = _check(q, k_cache)
     q = q.contiguous()
     out = torch.empty_like(q)
     starts = query_start_loc.to(torch.int32).contiguous()
-    longest = int((starts[1:] - starts[:-1]).max())
+    longest = max_query_len if max_query_len is not None else int((starts[1:] - starts[:-1]).max())
     tables = block_tables.to(torch.int32).contiguous()
     grid = (len(seq_lens), q.shape[1], triton.cdiv(longest, block_m))
     _prefill_kernel[grid](

@@ -31,6 +31,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from course_lib.paths import REPO_ROOT
+from course_lib.perf.attention_roofline import MAX_PARTITIONS
 
 TARGETS = {"sm_80": 80, "sm_89": 89, "sm_90": 90, "sm_100": 100}  # A100, L4/Ada, H100/H200, B200
 MAX_REGISTERS = 255  # per thread; past it the compiler spills to local memory
@@ -44,7 +45,7 @@ class KernelShape:
     head_dim: int
     block_size: int
     group: int  # query heads sharing one KV head (1: MHA; 4: Llama-3-8B's GQA)
-    dtype: str  # "bf16" or "fp16"
+    dtype: str  # "bf16", "fp16" or "fp32"
     kv_heads: int = 8
 
     @property
@@ -53,8 +54,9 @@ class KernelShape:
 
 
 SUITE_SHAPE = KernelShape(128, 16, 4, "bf16")  # Llama-3-8B's attention
+TINY_LLAMA_SHAPE = KernelShape(32, 16, 3, "bf16", kv_heads=2)  # the shipped model, in bf16 on a GPU
 SHAPES = tuple(KernelShape(dim, 16, group, dtype) for dim in (64, 128) for group in (1, 4, 8)
-               for dtype in ("fp16", "bf16"))
+               for dtype in ("fp16", "bf16")) + (TINY_LLAMA_SHAPE, KernelShape(128, 16, 4, "fp32"))
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,6 @@ class Resources:
         return self.stack_bytes > 0 or self.local_bytes > 0
 
 
-SPLIT_PARTITIONS = 8  # the split decode kernels are compiled for 8 partitions of the context
 INDEX_POINTERS = {"tables_ptr": "i32", "lens_ptr": "i32", "starts_ptr": "i32", "slots_ptr": "i64"}
 STATE_POINTERS = {"part_max_ptr": "fp32", "part_sum_ptr": "fp32"}  # split decode's softmax states
 
@@ -106,7 +107,7 @@ def kernels() -> dict[str, KernelSpec]:
                                    INDEX_POINTERS | STATE_POINTERS | {"out_ptr": "fp32"},
                                    decode_strides + split_strides),
         "decode_reduce": KernelSpec(pa._reduce_partitions_kernel,
-                                    lambda s: pa.reduce_constants(SPLIT_PARTITIONS, s.head_dim),
+                                    lambda s: pa.reduce_constants(MAX_PARTITIONS, s.head_dim),  # its biggest tile
                                     STATE_POINTERS | {"part_out_ptr": "fp32"},
                                     ("stride_pb", "stride_ph", "stride_pp", "stride_qb", "stride_qh")),
         "prefill": KernelSpec(pa._prefill_kernel, lambda s: pa.prefill_constants(s.group, s.block_size, s.head_dim),

@@ -34,14 +34,24 @@ ELEMENT_BYTES = 2  # of SHAPE's dtype
 LAUNCH_S = 5e-6  # launch and drain of one small CUDA kernel: a few microseconds
 MIN_PARTITION_TOKENS = 256  # below this a partition's program is too short to pay for the reduction
 PROGRAMS_PER_SM = 2  # enough programs in flight to hide memory latency
+MAX_PARTITIONS = 64  # the reduction holds every partition's state in one tile (checked at this size)
 
 
 def choose_num_partitions(batch: int, kv_heads: int, max_len: int, sm_count: int) -> int:
     """How many pieces the decode kernel splits each sequence's context into: 1 when batch x KV
     heads programs already fill ``PROGRAMS_PER_SM`` per SM; otherwise enough to fill them, but never
-    partitions shorter than ``MIN_PARTITION_TOKENS`` tokens."""
+    partitions shorter than ``MIN_PARTITION_TOKENS`` tokens, and never more than ``MAX_PARTITIONS``."""
     wanted = -(-PROGRAMS_PER_SM * sm_count // (batch * kv_heads))
-    return max(1, min(wanted, max_len // MIN_PARTITION_TOKENS))
+    return max(1, min(wanted, max_len // MIN_PARTITION_TOKENS, MAX_PARTITIONS))
+
+
+def partition_plan(longest: int, block_size: int, parts: int) -> tuple[int, int]:
+    """(partitions, tokens per partition) for splitting contexts of up to ``longest`` tokens into
+    about ``parts`` pieces of whole blocks; recounted so that no partition lies wholly past
+    ``longest`` (1 partition when there is nothing to split)."""
+    blocks_per_part = max(1, -(-longest // (parts * block_size)))
+    tokens = blocks_per_part * block_size
+    return max(1, -(-longest // tokens)), tokens
 
 
 def decode_attention_bytes(batch: int, context: int, heads: int, kv_heads: int, head_dim: int,
@@ -51,9 +61,10 @@ def decode_attention_bytes(batch: int, context: int, heads: int, kv_heads: int, 
 
 
 def predicted_decode_seconds(gpu: GPU, batch: int, context: int, heads: int = 32, kv_heads: int = 8,
-                             head_dim: int = 128, element_bytes: int = 2, launch_s: float = LAUNCH_S) -> float:
+                             head_dim: int = 128, element_bytes: int = 2, launch_s: float = LAUNCH_S,
+                             block_size: int = SHAPE["block_size"]) -> float:
     """The module docstring's model of one paged decode-attention call on ``gpu``."""
-    parts = choose_num_partitions(batch, kv_heads, context, gpu.sm_count)
+    parts, _ = partition_plan(context, block_size, choose_num_partitions(batch, kv_heads, context, gpu.sm_count))
     moved = decode_attention_bytes(batch, context, heads, kv_heads, head_dim, element_bytes)
     if parts > 1:  # each partition's accumulator, max and sum in float32, written then read back
         moved += 2 * batch * heads * parts * (head_dim + 2) * 4

@@ -84,8 +84,26 @@ def test_a_failing_compile_falls_back_to_torch_with_one_warning(model, triton_by
                          ids=["zeros", "nan"])
 def test_kernels_that_run_but_give_wrong_outputs_also_fall_back(monkeypatch, model, triton_by_default, wrong):
     real = triton_attention.paged_prefill_attention
-    monkeypatch.setattr(triton_attention, "paged_prefill_attention", lambda *args: wrong(real(*args)))
-    with pytest.warns(AttentionBackendFallback, match="differs from the PyTorch backend's"):
+    monkeypatch.setattr(triton_attention, "paged_prefill_attention",
+                        lambda *args, **kwargs: wrong(real(*args, **kwargs)))
+    with pytest.warns(AttentionBackendFallback, match="attention step differs from PyTorch's"):
+        llm = make_llm(model)
+    assert llm.attention_backend == "torch"
+
+
+@needs_kernels
+def test_a_wrong_split_kv_decode_falls_back_too(monkeypatch, model, triton_by_default):
+    """The probe forces two partitions, so a broken reduction is caught before generate reaches long contexts."""
+    from course_lib.kernels import paged_attention
+
+    real = paged_attention.paged_decode_attention
+
+    def broken(*args, num_partitions=None, **kwargs):
+        out = real(*args, num_partitions=num_partitions, **kwargs)
+        return out * 2 if num_partitions and num_partitions > 1 else out
+
+    monkeypatch.setattr(paged_attention, "paged_decode_attention", broken)
+    with pytest.warns(AttentionBackendFallback, match="split-KV decode differs from PyTorch's"):
         llm = make_llm(model)
     assert llm.attention_backend == "torch"
 

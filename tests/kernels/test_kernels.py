@@ -59,6 +59,7 @@ def test_decode_kernel_matches_reference(dtype, block_size, heads, kv_heads, dim
     (4, 4, 2, 5, [1, 20, 6]),  # length 1: four empty partitions; 20 fills all five
     (8, 8, 2, 2, [9, 16, 17]),  # a partition boundary inside a block's range, at an exact block, past it
     (2, 2, 2, 8, [15, 3]),  # many short partitions of 2-token blocks
+    (4, 6, 2, 3, [12, 5]),  # GQA 3 padded to 4: the padded row's state is never stored
 ])
 def test_split_kv_decode_matches_reference(dtype, block_size, heads, kv_heads, num_partitions, lengths):
     """Flash-decoding: each partition's softmax state, combined by the reduction kernel."""
@@ -71,10 +72,25 @@ def test_split_kv_decode_matches_reference(dtype, block_size, heads, kv_heads, n
     torch.testing.assert_close(got.float(), want.float(), atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
 
 
+def test_the_default_split_of_a_long_context_matches_reference():
+    """One sequence of 600 tokens on 2 KV heads: the wrapper picks 2 partitions (600 // 256) itself."""
+    lengths, dim = [600], 16
+    k_cache, v_cache, tables = scattered_cache(lengths, 16, 2, dim, torch.float32, seed=9)
+    q = torch.randn(1, 4, dim, generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    seq_lens = torch.tensor(lengths, device=DEVICE)
+    got = paged_decode_attention(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5, max_seq_len=600)
+    want = paged_decode_attention_ref(q, k_cache, v_cache, tables, seq_lens, dim ** -0.5)
+    torch.testing.assert_close(got, want, atol=TOLERANCE[torch.float32], rtol=TOLERANCE[torch.float32])
+
+
 def test_the_context_is_split_only_when_the_gpu_would_idle():
-    from course_lib.perf.attention_roofline import MIN_PARTITION_TOKENS, choose_num_partitions
+    from course_lib.perf.attention_roofline import (MAX_PARTITIONS, MIN_PARTITION_TOKENS, choose_num_partitions,
+                                                    partition_plan)
 
     assert choose_num_partitions(batch=1, kv_heads=8, max_len=16384, sm_count=132) == 33  # 2 x 132 SMs / 8
+    assert partition_plan(16384, 16, 33) == (32, 512)  # whole blocks: 32 partitions of 512 tokens
+    assert partition_plan(17, 16, 2) == (2, 16) and partition_plan(5, 16, 3) == (1, 16)
+    assert choose_num_partitions(batch=1, kv_heads=1, max_len=131072, sm_count=132) == MAX_PARTITIONS
     assert choose_num_partitions(batch=64, kv_heads=8, max_len=16384, sm_count=132) == 1  # 512 programs already
     assert choose_num_partitions(batch=1, kv_heads=8, max_len=1024, sm_count=132) == 1024 // MIN_PARTITION_TOKENS
     assert choose_num_partitions(batch=1, kv_heads=8, max_len=100, sm_count=132) == 1  # too short to split
@@ -106,7 +122,7 @@ def test_prefill_kernel_on_tensor_cores_matches_reference(dtype, block_size, dim
     """Tiles of 16 queries, blocks and head sizes of 16 or more: the tl.dot path."""
     from course_lib.kernels.paged_attention import prefill_constants
 
-    assert prefill_constants(1, block_size, dim)["USE_DOT"]
+    assert prefill_constants(1, block_size, dim, dtype=dtype)["USE_DOT"]
     check_prefill(dtype, block_size, 4, 2, query_lens, seq_lens, dim=dim, block_m=16)
 
 
