@@ -15,8 +15,7 @@ from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.perf.hardware import GPU
 from course_lib.perf.models import ModelSpec
-from course_lib.perf.roofline import step_cost
-from course_lib.widgets.roofline_explorer import StepPoint
+from course_lib.perf.roofline import StepPoint, step_cost
 
 
 def engine_model_spec(llm: LLM) -> ModelSpec:

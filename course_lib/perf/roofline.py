@@ -58,6 +58,26 @@ class StepCost:
         return self.flops / self.bytes
 
 
+@dataclass(frozen=True)
+class StepPoint:
+    """One step to place on a roofline: its modelled cost, and its measured time where it ran."""
+
+    phase: str        # "prefill" or "decode" (drawn as lines), or "chosen" (drawn by the caller)
+    label: str        # e.g. "prefill of 1024 tokens", "decode, batch 64"
+    cost: StepCost
+    measured_s: float | None = None  # the step's measured time, where it ran for real
+
+    @property
+    def time_s(self) -> float:
+        """The measured time if there is one, else the roofline model's."""
+        return self.cost.time_s if self.measured_s is None else self.measured_s
+
+    @property
+    def achieved_flops(self) -> float:
+        """FLOP/s this step reaches: its FLOPs over its time."""
+        return self.cost.flops / self.time_s
+
+
 def step_cost(model: ModelSpec, gpu: GPU, requests: list[tuple[int, int]], dtype: str = "bf16",
               efficiency: Efficiency = Efficiency()) -> StepCost:
     """Cost of one step in which each request ``(cached_tokens, new_tokens)`` computes its new tokens."""

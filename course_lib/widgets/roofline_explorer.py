@@ -9,37 +9,17 @@ batch sizes sit on the bandwidth slope until the batch is large.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import ipywidgets as w
 import plotly.graph_objects as go
 
 from course_lib.perf.hardware import GPU, GPUS, get_gpu
 from course_lib.perf.models import MODELS, ModelSpec, get_model
-from course_lib.perf.roofline import StepCost, ridge_point, step_cost
+from course_lib.perf.roofline import StepPoint, ridge_point, step_cost
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
 
 PROMPT_LENGTHS = (16, 64, 256, 1024, 4096, 16384)
 BATCH_SIZES = (1, 4, 16, 64, 256, 1024)
-
-
-@dataclass(frozen=True)
-class StepPoint:
-    phase: str        # "prefill" or "decode" (drawn as lines), or "chosen" (drawn by the caller)
-    label: str        # e.g. "prefill of 1024 tokens", "decode, batch 64"
-    cost: StepCost
-    measured_s: float | None = None  # the step's measured time, where it ran for real
-
-    @property
-    def time_s(self) -> float:
-        """The measured time if there is one, else the roofline model's."""
-        return self.cost.time_s if self.measured_s is None else self.measured_s
-
-    @property
-    def achieved_flops(self) -> float:
-        """FLOP/s this step reaches: its FLOPs over its time."""
-        return self.cost.flops / self.time_s
 
 
 def step_points(model: ModelSpec, gpu: GPU, prompt_lengths=PROMPT_LENGTHS, batch_sizes=BATCH_SIZES,
