@@ -94,7 +94,8 @@ class KernelSpec:
 
 
 def kernels() -> dict[str, KernelSpec]:
-    """The course's kernels by name. Imported here, in the worker: they must be compiled, not interpreted."""
+    """The course's kernels by name, imported on first call (a worker compiles them; under the
+    interpreter they are Python functions and only their names are of use)."""
     from course_lib.kernels import cache_write, paged_attention as pa
 
     decode_strides = ("stride_qb", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_tb")
@@ -217,7 +218,7 @@ def measure(shapes=(SUITE_SHAPE,), targets=tuple(TARGETS), names=None, workers: 
             on_done=None) -> dict:
     """Resources of every kernel x shape x target, compiled in parallel worker processes, and PTX /
     SASS excerpts of each kernel at the first shape on sm_90. ``on_done(i)`` reports progress."""
-    names = list(names or _kernel_names())
+    names = list(names or kernels())  # importing the kernels compiles nothing, interpreted or not
     jobs = [(name, shape, target, shape == shapes[0] and target == "sm_90")
             for shape in shapes for name in names for target in targets]
     with ProcessPoolExecutor(workers or os.cpu_count(), mp_context=get_context("spawn"),
@@ -232,16 +233,6 @@ def measure(shapes=(SUITE_SHAPE,), targets=tuple(TARGETS), names=None, workers: 
             if on_done is not None:
                 on_done(i)
     return {"triton": version("triton"), "max_registers": MAX_REGISTERS, "rows": rows, "excerpts": excerpts}
-
-
-def _kernel_names() -> list[str]:
-    """The registry's names, read in a worker so this process never compiles (it may be interpreting)."""
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn"), initializer=_without_interpreter) as pool:
-        return pool.submit(_names).result()
-
-
-def _names() -> list[str]:
-    return list(kernels())
 
 
 def table(rows: list[dict]) -> str:
