@@ -2,7 +2,7 @@
 
 Layers (imports point downwards only):
     widgets/, grading/, quiz/         teaching UI over the layers below
-    perf/, paging/ (later: engine/, kernels/, dist/)   real systems code, no widgets
+    perf/, paging/, engine/, models/, kernels/, collectives/   real systems code, no widgets
 """
 
 __version__ = "0.1.0"

@@ -5,8 +5,8 @@
 Parts, in this order (those in fresh processes first, before this process holds GPU memory):
 
   kernel_tests     ``pytest tests/kernels`` with TRITON_INTERPRET unset: the kernels compiled for this GPU
-  dist_tests       (2+ GPUs) ``pytest tests/dist``: the launcher, on NCCL where every rank has a GPU
-  ring_benchmark   (2+ GPUs) ``course_lib.dist.bench``: the hand ring against NCCL's all-reduce
+  collectives_tests  (2+ GPUs) ``pytest tests/collectives``: the launcher, on NCCL where every rank has a GPU
+  ring_benchmark   (2+ GPUs) ``course_lib.collectives.ring_bench``: the hand ring against NCCL's all-reduce
   bandwidth        ``course_lib.kernels.benchmark``'s decode-attention sweep, with roofline predictions
   engine_tokens    greedy tokens of the shipped tiny-llama in bf16: Triton backend against PyTorch's
 
@@ -45,7 +45,7 @@ from typing import Callable
 
 import torch
 
-from course_lib.dist.bench import SIZES
+from course_lib.collectives.ring_bench import SIZES
 from course_lib.kernels import benchmark
 from course_lib.paths import REPO_ROOT
 
@@ -58,8 +58,8 @@ PROMPTS = ("def fibonacci(n):", "The KV cache holds", "class Scheduler:\n    def
 MAX_TOKENS = 64
 RING_SCRIPT = """
 import json, sys
-from course_lib.dist.bench import benchmark
-from course_lib.dist.launch import default_backend
+from course_lib.collectives.ring_bench import benchmark
+from course_lib.collectives.launch import default_backend
 n, sizes = int(sys.argv[1]), json.loads(sys.argv[2])
 result = {"world_size": n, "backend": default_backend(n), "rows": benchmark(n, sizes, repeats=3)}
 json.dump(result, open(sys.argv[3], "w"))
@@ -170,7 +170,7 @@ def pytest_part(path: str, timeout_s: float) -> Callable[[], tuple[bool, dict]]:
 
 
 def ring_benchmark(world_size: int, timeout_s: float, sizes: list[int] = SIZES) -> Callable[[], tuple[bool, dict]]:
-    """A part timing ``course_lib.dist.bench.benchmark`` on ``world_size`` ranks in a fresh process
+    """A part timing ``course_lib.collectives.ring_bench.benchmark`` on ``world_size`` ranks in a fresh process
     (ranks forked from a process that has used CUDA would fall back to gloo)."""
     def run() -> tuple[bool, dict]:
         with tempfile.TemporaryDirectory() as folder:
@@ -226,7 +226,7 @@ def engine_tokens(device: str = "cuda", dtype: torch.dtype = torch.bfloat16, pro
 def default_parts(gpu_count: int) -> list[Part]:
     return [
         Part("kernel_tests", pytest_part("tests/kernels", timeout_s=210)),
-        Part("dist_tests", pytest_part("tests/dist", timeout_s=100), min_gpus=2),
+        Part("collectives_tests", pytest_part("tests/collectives", timeout_s=100), min_gpus=2),
         Part("ring_benchmark", ring_benchmark(min(gpu_count, 8), timeout_s=90), min_gpus=2),
         Part("bandwidth", bandwidth),
         Part("engine_tokens", engine_tokens),

@@ -88,7 +88,7 @@ def check_triton() -> CheckResult:
 def check_distributed() -> CheckResult:
     import torch.distributed as dist
 
-    from course_lib.dist.launch import default_backend, run_on_ranks
+    from course_lib.collectives.launch import default_backend, run_on_ranks
 
     backends = [name for name, available in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()))
                 if available]

@@ -87,7 +87,7 @@ def fake_gpu(monkeypatch, tmp_path):
 
     monkeypatch.setattr(gpu_report, "default_parts", lambda gpu_count: [
         Part("kernel_tests", lambda: (True, {"counts": {"passed": 3}})), Part("bandwidth", broken),
-        Part("dist_tests", lambda: (True, {}), min_gpus=2), Part("engine_tokens", lambda: (True, {"equal": True}))])
+        Part("collectives_tests", lambda: (True, {}), min_gpus=2), Part("engine_tokens", lambda: (True, {"equal": True}))])
     return tmp_path
 
 
@@ -100,7 +100,7 @@ def test_the_report_is_one_json_with_the_documented_fields(fake_gpu, capsys):
     assert report["device"] == "NVIDIA H200" and report["gpu_count"] == 1 and report["status"] == "failed"
     assert set(report["versions"]) == {"python", "torch", "cuda", "triton"}
     assert [(name, entry["status"]) for name, entry in report["parts"].items()] == [
-        ("kernel_tests", "passed"), ("bandwidth", "failed"), ("dist_tests", "skipped"), ("engine_tokens", "passed")]
+        ("kernel_tests", "passed"), ("bandwidth", "failed"), ("collectives_tests", "skipped"), ("engine_tokens", "passed")]
     assert "out of memory" in report["parts"]["bandwidth"]["error"]
     out = capsys.readouterr().out
     assert out.startswith("GPU report on 1 x NVIDIA H200") and "[2/4] bandwidth: failed" in out

@@ -116,7 +116,7 @@ def _repeated_draws(fn: Callable, target_probs: list, draft_probs: list, draft_t
 
 def _on_ranks(rank_fn: Callable) -> Callable:
     def call(fn: Callable, world_size: int, *args) -> list:
-        from course_lib.dist.launch import run_on_ranks
+        from course_lib.collectives.launch import run_on_ranks
         return run_on_ranks(rank_fn, world_size, fn, *args, timeout_s=RANK_TIMEOUT_S, on_print=lambda rank, line: None)
     return call
 

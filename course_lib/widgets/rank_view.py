@@ -6,8 +6,8 @@ import html
 
 import ipywidgets as w
 
-from course_lib.dist.launch import run_on_ranks
-from course_lib.dist.primitives import PRIMITIVES, run_primitive
+from course_lib.collectives.launch import run_on_ranks
+from course_lib.collectives.primitives import PRIMITIVES, run_primitive
 
 RANK_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"]
 

@@ -10,9 +10,9 @@ import ipywidgets as w
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.launch import run_on_ranks
-from course_lib.dist.ring import ring_all_reduce
-from course_lib.dist.trace import CommTrace
+from course_lib.collectives.launch import run_on_ranks
+from course_lib.collectives.ring import ring_all_reduce
+from course_lib.collectives.trace import CommTrace
 from course_lib.widgets.rank_view import RANK_COLOURS
 
 

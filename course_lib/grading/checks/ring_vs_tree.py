@@ -8,8 +8,8 @@ import random
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.launch import run_on_ranks
-from course_lib.dist.ring import ring_all_reduce
+from course_lib.collectives.launch import run_on_ranks
+from course_lib.collectives.ring import ring_all_reduce
 from course_lib.grading.checks.collectives import FLOAT32, describe_on_ranks, in_place_hint, rank_inputs, summed_on_every_rank
 from course_lib.grading.task import Case, Task
 from course_lib.perf.comm import BINARY_TREE, RING

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.trace import CommTrace
+from course_lib.collectives.trace import CommTrace
 
 
 def _exchange(send: torch.Tensor, dst: int, receive: torch.Tensor, src: int) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.launch import CollectiveTimeout, RankFailure, run_on_ranks
+from course_lib.collectives.launch import CollectiveTimeout, RankFailure, run_on_ranks
 
 
 def sum_of_ranks(offset):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.trace import CommTrace
+from course_lib.collectives.trace import CommTrace
 
 
 def _depth(position: int) -> int:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.launch import CollectiveTimeout, RankFailure, _failure_message, _Outcomes, run_on_ranks
+from course_lib.collectives.launch import CollectiveTimeout, RankFailure, _failure_message, _Outcomes, run_on_ranks
 
 
 def quiet(rank, line):

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from course_lib.dist.launch import run_on_ranks
-from course_lib.dist.parallelism import run_every_strategy
-from course_lib.dist.primitives import PRIMITIVES, all_reduce_identities, overlap_with_async_op, run_primitive
+from course_lib.collectives.launch import run_on_ranks
+from course_lib.collectives.parallelism import run_every_strategy
+from course_lib.collectives.primitives import PRIMITIVES, all_reduce_identities, overlap_with_async_op, run_primitive
 
 
 def every_primitive():

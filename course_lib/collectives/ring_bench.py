@@ -1,4 +1,4 @@
-"""The hand-written ring against the backend's own all-reduce: ``python -m course_lib.dist.bench``.
+"""The hand-written ring against the backend's own all-reduce: ``python -m course_lib.collectives.ring_bench``.
 
 Both run on the same ranks, message sizes and buffers, interleaved repeat by repeat (the
 machine's noise hits both alike). Each time is the slowest rank's median; the table prints
@@ -14,8 +14,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.launch import default_backend, run_on_ranks
-from course_lib.dist.ring import ring_all_reduce
+from course_lib.collectives.launch import default_backend, run_on_ranks
+from course_lib.collectives.ring import ring_all_reduce
 from course_lib.perf.units import format_bytes
 
 SIZES = [4 * 1024 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB

@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.launch import run_on_ranks
-from course_lib.dist.ring import ring_all_reduce
-from course_lib.dist.tree import double_binary_tree_all_reduce, tree_all_reduce
+from course_lib.collectives.launch import run_on_ranks
+from course_lib.collectives.ring import ring_all_reduce
+from course_lib.collectives.tree import double_binary_tree_all_reduce, tree_all_reduce
 
 ALGORITHMS = {"ring": ring_all_reduce, "tree": tree_all_reduce, "double tree": double_binary_tree_all_reduce}
 CASES = [((1,), torch.float32), ((7,), torch.int64), ((3, 5), torch.float64), ((1000,), torch.float32),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from course_lib.dist.primitives import all_gather_flat, reduce_scatter_flat
+from course_lib.collectives.primitives import all_gather_flat, reduce_scatter_flat
 
 FEATURES = 8
 
