@@ -34,9 +34,8 @@ stream to one neighbour back to back, so the model charges the ring no extra ste
 learners change it. Still left out: congestion, the NVLink-inside / network-between hierarchy,
 NCCL's protocols (LL, LL128, Simple) and its measured tuning tables.
 
-Link presets: bandwidths come from the GPU presets (``course_lib.perf.hardware``), per
-direction. Alphas are typical orders of magnitude, not measurements: about 1 us for an
-NVLink hop, a few us for PCIe, about 5 us for an InfiniBand hop through a switch.
+Link presets (``LINKS``, re-exported here): the interconnect hierarchy of
+``course_lib.perf.interconnect``, bandwidth per direction and a typical per-hop alpha.
 """
 
 from __future__ import annotations
@@ -46,36 +45,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from course_lib.checks import require_positive
-from course_lib.perf.hardware import get_gpu
+from course_lib.perf.interconnect import LINKS, Link  # noqa: F401 - re-exported for the cost models' callers
 from course_lib.perf.units import KiB
-
-
-@dataclass(frozen=True)
-class Link:
-    name: str
-    alpha_s: float  # per-hop latency (s)
-    bandwidth: float  # bytes per second, one direction
-
-    def __post_init__(self) -> None:
-        require_positive("Link.alpha_s", self.alpha_s)
-        require_positive("Link.bandwidth", self.bandwidth)
-
-    @property
-    def beta(self) -> float:
-        """Seconds per byte."""
-        return 1 / self.bandwidth
-
-
-def _links() -> dict[str, Link]:
-    h100 = get_gpu("H100-80GB")
-    return {link.name: link for link in (
-        Link("NVLink 4 (H100, within a node)", 1e-6, h100.nvlink_bandwidth / 2),
-        Link("PCIe Gen5 x16", 3e-6, h100.pcie_bandwidth),
-        Link("InfiniBand NDR 400 Gb/s (across nodes)", 5e-6, h100.network_bandwidth),
-    )}
-
-
-LINKS: dict[str, Link] = _links()
 
 
 TREE_CHUNK_BYTES = 128 * KiB

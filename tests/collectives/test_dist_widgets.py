@@ -64,6 +64,7 @@ def test_crossover_explorer_redraws_in_place_from_exact_presets():
         assert explorer.bandwidth.value * 1e9 == pytest.approx(link.bandwidth, rel=1e-12)
         pictures.add(bytes(explorer.figure.value))
     assert len(pictures) == len(LINKS) and not plt.get_fignums()  # a new PNG for each, no pyplot figure
+    explorer.link.value = "InfiniBand NDR 400 Gb/s (across nodes)"
     ax = explorer.draw().axes[0]
     assert ax.get_title().startswith("All-reduce on 512 ranks")
     assert "µs" in ax.get_ylabel() and "bytes" in ax.get_xlabel()
