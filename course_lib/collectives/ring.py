@@ -9,6 +9,11 @@ until every rank holds every summed chunk.
 Every rank sends 2(N-1) chunks of K/N elements: 2(N-1)/N x K in all, nearly independent of N,
 which is why the ring is bandwidth-optimal; but the 2(N-1) steps run one after another, so its
 latency grows linearly with N.
+
+With ``group`` (from ``dist.new_group``) the ring runs over that group's members only, in the
+group's rank order; every member must call it, and ranks outside the group must not. Sends
+go to global ranks, and the trace records global ranks as ``src``/``dst`` (its ``world_size``
+is the ring's size).
 """
 
 from __future__ import annotations
@@ -19,33 +24,40 @@ import torch.distributed as dist
 from course_lib.collectives.trace import CommTrace
 
 
-def _exchange(send: torch.Tensor, dst: int, receive: torch.Tensor, src: int) -> None:
-    """Send one chunk while receiving another (empty chunks are skipped on both sides alike)."""
-    request = dist.isend(send, dst) if send.numel() else None
+def _exchange(send: torch.Tensor, dst: int, receive: torch.Tensor, src: int, group=None) -> None:
+    """Send one chunk while receiving another (empty chunks are skipped on both sides alike);
+    ``dst`` and ``src`` are global ranks."""
+    request = dist.isend(send, dst, group=group) if send.numel() else None
     if receive.numel():
-        dist.recv(receive, src)
+        dist.recv(receive, src, group=group)
     if request is not None:
         request.wait()
 
 
-def ring_all_reduce(tensor: torch.Tensor, record_values: bool = False) -> CommTrace:
-    """Sum ``tensor`` across all ranks, in place, by the ring algorithm; return this rank's trace."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    trace = CommTrace(rank, world, record_values)
+def _global(group, group_rank: int) -> int:
+    """The global rank of ``group``'s member ``group_rank`` (itself without a group)."""
+    return group_rank if group is None else dist.get_global_rank(group, group_rank)
+
+
+def ring_all_reduce(tensor: torch.Tensor, record_values: bool = False, group=None) -> CommTrace:
+    """Sum ``tensor`` across all ranks (or the members of ``group``), in place, by the ring
+    algorithm; return this rank's trace."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    trace = CommTrace(dist.get_rank(), world, record_values)
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.flatten()
     chunks = flat.tensor_split(world)
-    right, left = (rank + 1) % world, (rank - 1) % world
+    right, left = _global(group, (rank + 1) % world), _global(group, (rank - 1) % world)
     incoming = torch.empty_like(chunks[0])
     for step in range(world - 1):
         send, receive = (rank - step) % world, (rank - step - 1) % world
         landing = incoming[:chunks[receive].numel()]
-        _exchange(chunks[send], right, landing, left)
+        _exchange(chunks[send], right, landing, left, group)
         trace.sent("scatter-reduce", step, right, send, chunks[send])
         chunks[receive].add_(landing)
         trace.snapshot("scatter-reduce", step, flat)
     for step in range(world - 1):
         send, receive = (rank + 1 - step) % world, (rank - step) % world
-        _exchange(chunks[send], right, chunks[receive], left)
+        _exchange(chunks[send], right, chunks[receive], left, group)
         trace.sent("all-gather", step, right, send, chunks[send])
         trace.snapshot("all-gather", step, flat)
     if flat.data_ptr() != tensor.data_ptr():
