@@ -61,3 +61,18 @@ def test_trees_use_links_unevenly_and_double_trees_balance_them():
     double = [trace.bytes_sent for _, trace in run_on_ranks(traced_run, world, "double tree", numel)]
     assert single == [8000, 8000, 4000, 4000]  # root and interior rank send 2 buffers, leaves 1
     assert double == [6000] * 4  # every rank interior in one tree and a leaf in the other
+
+
+def ring_in_groups():
+    """Ranks 0 and 2 form one ring, 1 and 3 the other; each sums only its own members' values."""
+    rank = dist.get_rank()
+    groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    data = torch.full((6,), float(rank + 1))
+    trace = ring_all_reduce(data, group=groups[rank % 2])
+    return data, [(t.src, t.dst) for t in trace.transfers], trace.world_size
+
+
+def test_ring_inside_a_group_sums_its_members_and_records_global_ranks():
+    for rank, (data, hops, ring_size) in enumerate(run_on_ranks(ring_in_groups, 4)):
+        assert torch.equal(data, torch.full((6,), 4.0 if rank % 2 == 0 else 6.0))
+        assert ring_size == 2 and hops == [(rank, (rank + 2) % 4)] * 2
