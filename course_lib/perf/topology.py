@@ -64,6 +64,11 @@ class Cluster:
     def node_of(self, rank: int) -> int:
         return rank // self.gpus_per_node
 
+    @property
+    def ring_link(self) -> Link:
+        """The link that paces a flat ring over every GPU: across nodes once there are several."""
+        return self.across_nodes if self.nodes > 1 else self.in_node
+
 
 def h100_cluster(nodes: int, gpus_per_node: int = 8) -> Cluster:
     """H100 nodes: NVLink 4 inside, InfiniBand NDR (400 Gb/s per GPU) between."""
@@ -124,7 +129,7 @@ def flat_ring_time(cluster: Cluster, num_bytes: float) -> float:
     """Seconds for a flat ring all-reduce: every step paced by its slowest hop (across nodes
     when there are several nodes)."""
     _require_bytes(num_bytes)
-    link = cluster.across_nodes if cluster.nodes > 1 else cluster.in_node
+    link = cluster.ring_link
     return RING.time(cluster.num_gpus, num_bytes, link.alpha_s, link.beta)
 
 
