@@ -29,7 +29,8 @@ def test_hierarchical_spreads_fewer_bytes_over_every_nic():
     assert crossing.per_rank == (1 * MiB,) * 8  # 2 x 1/2 of a 1 MiB shard
     assert crossing.total == 8 * MiB  # 2(M-1) K
     two_by_two = hierarchical_crossing(h100_cluster(2, 2), 4 * MiB)
-    assert two_by_two.per_rank == (2 * MiB,) * 4 and flat_ring_crossing(h100_cluster(2, 2), 4 * MiB).busiest_nic == 6 * MiB
+    assert two_by_two.per_rank == (2 * MiB,) * 4
+    assert flat_ring_crossing(h100_cluster(2, 2), 4 * MiB).busiest_nic == 6 * MiB
 
 
 @pytest.mark.parametrize("nodes, per_node", [(2, 2), (2, 8), (3, 2), (4, 8), (64, 8)])
