@@ -7,13 +7,15 @@ Parts, in this order (those in fresh processes first, before this process holds 
   kernel_tests     ``pytest tests/kernels`` with TRITON_INTERPRET unset: the kernels compiled for this GPU
   collectives_tests  (2+ GPUs) ``pytest tests/collectives``: the launcher, on NCCL where every rank has a GPU
   ring_benchmark   (2+ GPUs) ``course_lib.collectives.ring_bench``: the hand ring against NCCL's all-reduce
+  nccl_bench       (2+ GPUs) ``course_lib.collectives.bench`` under torchrun on every GPU: nccl-tests' algbw and
+                   busbw of the six collectives up to 64 MiB, also saved as ``benchmarks/results/nccl_bench_<gpu>.json``
   bandwidth        ``course_lib.kernels.benchmark``'s decode-attention sweep, with roofline predictions
   engine_tokens    greedy tokens of the shipped tiny-llama in bf16: Triton backend against PyTorch's
 
 Every part is timed and gets its own status; a part that fails or raises is recorded and the others
 still run. A part passes when its tests pass, when its benchmark completes (the bandwidth targets are
 reported in its result, not enforced), or when both backends give the same tokens. Subprocess parts
-have time limits that keep the whole run under 8 minutes.
+have time limits that keep the whole run under 10 minutes.
 
 The JSON, ``benchmarks/results/gpu_report_<gpu>.json``: ``device``, ``gpu_count``, ``versions``
 (python, torch, cuda, triton), ``started_at`` (UTC), ``duration_s``, ``status`` ("passed" when every
@@ -182,6 +184,26 @@ def ring_benchmark(world_size: int, timeout_s: float, sizes: list[int] = SIZES) 
     return run
 
 
+def nccl_bench(gpu_count: int, timeout_s: float, max_bytes: str = "64M", warmup: int = 3,
+               iters: int = 10) -> Callable[[], tuple[bool, dict]]:
+    """A part running ``course_lib.collectives.bench`` under torchrun, one rank per GPU; passed when it
+    exits 0 (every row checked correct). Its JSON is the result and goes to ``benchmark.RESULTS``."""
+    def run() -> tuple[bool, dict]:
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / "bench.json"
+            args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpu_count),
+                    "-m", "course_lib.collectives.bench", "--max-bytes", max_bytes, "--warmup", str(warmup),
+                    "--iters", str(iters), "--json", str(out)]
+            code, output = run_command(args, timeout_s)
+            result = json.loads(out.read_text()) if out.exists() else {}
+        if result:
+            saved = benchmark.RESULTS / f"nccl_bench_{benchmark.device_label(result['device'])}.json"
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(result, indent=2))
+        return code == 0, {**result, "exit_code": code, "timed_out": code is None, "tail": tail(output)}
+    return run
+
+
 # --- in-process parts --------------------------------------------------------------------------
 def bandwidth() -> tuple[bool, dict]:
     """The decode-attention sweep on this GPU (``course_lib.kernels.benchmark``'s JSON)."""
@@ -228,6 +250,7 @@ def default_parts(gpu_count: int) -> list[Part]:
         Part("kernel_tests", pytest_part("tests/kernels", timeout_s=210)),
         Part("collectives_tests", pytest_part("tests/collectives", timeout_s=100), min_gpus=2),
         Part("ring_benchmark", ring_benchmark(min(gpu_count, 8), timeout_s=90), min_gpus=2),
+        Part("nccl_bench", nccl_bench(gpu_count, timeout_s=90), min_gpus=2),
         Part("bandwidth", bandwidth),
         Part("engine_tokens", engine_tokens),
     ]

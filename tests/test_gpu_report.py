@@ -13,6 +13,7 @@ import torch
 from course_lib import gpu_report
 from course_lib.gpu_report import Part
 from course_lib.paths import REPO_ROOT
+from course_lib.perf.bus_bandwidth import COLLECTIVES
 
 NO_CUDA = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # a GPU box looks like this machine
 
@@ -180,3 +181,23 @@ def test_every_entry_is_handed_over_as_soon_as_its_part_ends():
              Part("many", lambda: (True, {}), min_gpus=4)]
     run_parts(parts, gpu_count=1, log=lambda line: None, on_entry=lambda entries: seen.append(list(entries)))
     assert seen == [["one"], ["one", "two"], ["one", "two", "many"]]
+
+
+def test_the_nccl_bench_part_runs_torchrun_and_keeps_the_json(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_report.benchmark, "RESULTS", tmp_path)
+    if sys.platform == "linux":
+        monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")  # one machine's ranks: loopback
+    passed, result = gpu_report.nccl_bench(2, timeout_s=120, max_bytes="64", warmup=1, iters=1)()
+    assert passed, result["tail"]
+    assert result["world_size"] == 2 and not result["timed_out"]
+    assert {row["collective"] for row in result["rows"]} == set(COLLECTIVES)
+    assert all(row["correct"] for row in result["rows"])
+    [saved] = tmp_path.iterdir()
+    assert saved.name.startswith("nccl_bench_") and json.loads(saved.read_text())["rows"] == result["rows"]
+
+
+def test_the_docstring_lists_every_part_in_order():
+    names = [part.name for part in gpu_report.default_parts(2)]
+    block = gpu_report.__doc__.split("Parts, in this order")[1].split("\n\n")[1]
+    listed = [line.split()[0] for line in block.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    assert listed == names
