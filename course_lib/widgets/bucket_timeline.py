@@ -1,0 +1,106 @@
+"""DDP's buckets on a timeline: when each layer's gradients were ready and when each bucket's
+all-reduce ran, from a recorded step (``course_lib.collectives.ddp_timeline``), with a
+``bucket_cap_mb`` slider over a recorded sweep."""
+
+from __future__ import annotations
+
+import re
+
+import ipywidgets as w
+import plotly.graph_objects as go
+
+from course_lib.collectives.ddp_timeline import BucketTimeline
+from course_lib.perf.units import format_bytes
+from course_lib.widgets.plotly_pane import PlotlyPane
+
+COMPUTE, COMM = "#1f77b4", "#ff7f0e"
+
+
+def cap_label(bucket_cap_mb: float | None) -> str:
+    return "default (25 MB, first bucket 1 MB)" if bucket_cap_mb is None else f"{bucket_cap_mb:g} MB"
+
+
+def _layer(name: str) -> str:
+    """'12.weight' -> 'layer 12' (the Sequential index of the Linear that holds the parameter)."""
+    match = re.match(r"(\d+)\.", name)
+    return f"layer {match.group(1)}" if match else name
+
+
+def _params_text(params: list[str]) -> str:
+    layers = list(dict.fromkeys(_layer(p) for p in params))
+    return ", ".join(layers) if len(layers) <= 3 else f"{layers[0]} ... {layers[-1]} ({len(layers)} layers)"
+
+
+def timeline_figure(timeline: BucketTimeline) -> go.Figure:
+    """One row per bucket (its all-reduce, launch to completion) under one row of gradient-ready
+    marks (one per layer: when its weight's gradient was accumulated); times in ms after
+    ``loss.backward()`` was called."""
+    ms = 1e3
+    figure = go.Figure()
+    ready = {}
+    for name, at in timeline.grad_ready_s.items():
+        ready[_layer(name)] = max(ready.get(_layer(name), 0.0), at)
+    figure.add_trace(go.Scatter(x=[t * ms for t in ready.values()], y=["backward: gradients ready"] * len(ready),
+                                mode="markers+text", text=list(ready), textposition="top center",
+                                marker={"color": COMPUTE, "size": 10, "symbol": "diamond"}, name="gradient ready",
+                                hovertemplate="%{text}: ready at %{x:.2f} ms<extra></extra>"))
+    rows = [f"bucket {b.index}" for b in timeline.buckets]
+    figure.add_trace(go.Bar(y=rows, x=[(b.end_s - b.start_s) * ms for b in timeline.buckets],
+                            base=[b.start_s * ms for b in timeline.buckets], orientation="h", marker_color=COMM,
+                            name="bucket all-reduce",
+                            customdata=[[_params_text(b.params), format_bytes(b.num_bytes)] for b in timeline.buckets],
+                            hovertemplate="%{y}: %{customdata[0]}, %{customdata[1]}<br>"
+                                          "launched %{base:.2f} ms, took %{x:.2f} ms<extra></extra>"))
+    for at, text, dash in ((timeline.compute_end_s, "last gradient ready", "dot"),
+                           (timeline.backward_s, "backward() returns", "dash")):
+        figure.add_vline(x=at * ms, line_dash=dash, line_color="grey", annotation_text=text,
+                         annotation_position="top")
+    figure.update_layout(
+        title=f"One DDP step (rank 0), bucket_cap_mb = {cap_label(timeline.bucket_cap_mb)}: "
+              f"{len(timeline.buckets)} bucket{'s' if len(timeline.buckets) != 1 else ''}",
+        xaxis_title="time after loss.backward() was called (ms)", yaxis_title="",
+        yaxis={"categoryorder": "array", "categoryarray": list(reversed(["backward: gradients ready", *rows]))},
+        height=260 + 26 * len(rows), showlegend=True, legend={"orientation": "h", "y": -0.25},
+        margin={"l": 170, "r": 30, "t": 70, "b": 80})
+    return figure
+
+
+def describe(timeline: BucketTimeline) -> str:
+    """What the timeline shows, in numbers: order, overlap, and where each bucket starts."""
+    buckets = timeline.buckets
+    launched_early = sum(b.start_s < timeline.compute_end_s for b in buckets)
+    order = "in reverse parameter order" if timeline.in_reverse_order() else "NOT in reverse parameter order"
+    if len(buckets) == 1:
+        holds = f"one bucket, holding {_params_text(buckets[0].params)}"
+    else:
+        holds = (f"{len(buckets)} buckets {order}: bucket 0 holds {_params_text(buckets[0].params)}, "
+                 f"bucket {buckets[-1].index} holds {_params_text(buckets[-1].params)}")
+    return (f"{holds}. {launched_early} of {len(buckets)} all-reduce(s) launched before the last gradient was ready "
+            f"({timeline.compute_end_s * 1e3:.1f} ms); backward() returned at {timeline.backward_s * 1e3:.1f} ms.")
+
+
+class BucketTimelineExplorer(w.VBox):
+    """A ``bucket_cap_mb`` slider over the rows of ``bucket_cap_sweep``: the chosen cap's
+    timeline, what it shows, and the sweep's table."""
+
+    def __init__(self, sweep: list[dict], bucket_cap_mb: float | None = None) -> None:
+        self.rows = {cap_label(row["bucket_cap_mb"]): row for row in sweep}
+        start = cap_label(bucket_cap_mb) if cap_label(bucket_cap_mb) in self.rows else next(iter(self.rows))
+        self.cap = w.SelectionSlider(options=list(self.rows), value=start, description="bucket_cap_mb",
+                                     continuous_update=False, layout=w.Layout(width="640px"),
+                                     style={"description_width": "8em"})
+        self.readout = w.HTML()
+        self.pane = PlotlyPane()
+        table = "".join(f"<tr><td>{label}</td><td style='text-align:right'>{row['num_buckets']}</td>"
+                        f"<td style='text-align:right'>{row['median_step_s'] * 1e3:.1f} ms</td></tr>"
+                        for label, row in self.rows.items())
+        self.table = w.HTML("<table><tr><th>bucket_cap_mb</th><th>buckets</th><th>median step</th></tr>"
+                            f"{table}</table>")
+        self.cap.observe(self._redraw, "value")
+        self._redraw()
+        super().__init__([self.cap, self.readout, self.pane, self.table])
+
+    def _redraw(self, *_) -> None:
+        timeline = self.rows[self.cap.value]["timeline"]
+        self.readout.value = f"<p>{describe(timeline)}</p>"
+        self.pane.show(timeline_figure(timeline))
