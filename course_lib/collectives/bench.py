@@ -154,7 +154,7 @@ def _matches(got: torch.Tensor, expected: torch.Tensor, world: int) -> bool:
 
 
 def prepare(collective: str, elements: int, dtype: torch.dtype,
-             device: torch.device) -> tuple[Callable[[], object], Callable[[], bool]]:
+            device: torch.device) -> tuple[Callable[[], object], Callable[[], bool]]:
     """The buffers, filled with values whose result is easy to predict, and two closures over
     them: one call of the collective, and the check of the result after the first call."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -222,7 +222,7 @@ def bench_on_rank(collectives: Sequence[str] = COLLECTIVES, min_bytes: int = 8, 
                 call()
             except RuntimeError as error:
                 raise RuntimeError(f"{backend} could not run {collective} on {dtype} tensors ({error}); try "
-                                   f"--dtype float32{' or the nccl backend' if not on_gpu else ''}.") from error
+                                   f"dtype float32{' or the nccl backend' if not on_gpu else ''}.") from error
             correct = check()
             seconds = _seconds_per_call(call, warmup, iters, on_gpu)
             totals = torch.tensor([seconds, 0.0 if correct else 1.0], dtype=torch.float64, device=device)
