@@ -1,0 +1,164 @@
+"""The communication roofline as widgets: DDP's t_comm against its backward pass as GPUs are
+added, and the two-node layouts of a 70B model (the TP=16 spot-the-bug), all from
+``course_lib.perf.comm_roofline``."""
+
+from __future__ import annotations
+
+import ipywidgets as w
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from course_lib.perf.comm_roofline import (
+    DDP_BUCKET_BYTES,
+    DDP_GPU_COUNTS,
+    TP_ALL_REDUCES,
+    DDPStep,
+    ParallelLayout,
+    ddp_step,
+    two_node_layouts,
+)
+from course_lib.perf.units import MiB
+from course_lib.widgets.plotly_pane import PlotlyPane
+
+GPU_COUNTS = (1, 2, 4, *DDP_GPU_COUNTS, 1024)
+DDP_MODELS = ("Llama-3.2-1B", "Llama-3.1-8B")
+STYLE = {"description_width": "11em"}
+
+
+def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go.Figure:
+    """Left: tokens/s per GPU against GPUs. Right: the gradient all-reduce (its latency part
+    shaded) against the backward pass it must hide behind, in ms."""
+    gpus = [step.num_gpus for step in steps]
+    figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                           subplot_titles=("Throughput per GPU", "Can overlap hide the all-reduce?"))
+    figure.add_trace(go.Scatter(x=gpus, y=[s.tokens_per_s_per_gpu for s in steps], mode="lines+markers",
+                                name="tokens/s per GPU", customdata=[[s.link, s.scaling_efficiency] for s in steps],
+                                hovertemplate="%{x} GPUs: %{y:,.0f} tokens/s per GPU (%{customdata[1]:.0%} of one "
+                                              "node's), ring over %{customdata[0]}<extra></extra>"), row=1, col=1)
+    figure.add_trace(go.Scatter(x=gpus, y=[s.comm_s * 1e3 for s in steps], mode="lines+markers",
+                                name="t_comm: gradient all-reduce", line_color="#ff7f0e"), row=1, col=2)
+    figure.add_trace(go.Scatter(x=gpus, y=[s.latency_s * 1e3 for s in steps], mode="lines", fill="tozeroy",
+                                name="its latency part, buckets x 2(N-1) alpha", line_color="#ffbb78"), row=1, col=2)
+    figure.add_trace(go.Scatter(x=gpus, y=[s.backward_s * 1e3 for s in steps], mode="lines",
+                                name="backward compute (what overlap can hide behind)", line={"dash": "dash",
+                                                                                              "color": "#1f77b4"}),
+                     row=1, col=2)
+    if highlight in gpus:
+        step = steps[gpus.index(highlight)]
+        figure.add_trace(go.Scatter(x=[highlight], y=[step.tokens_per_s_per_gpu], mode="markers", name="your setting",
+                                    marker={"size": 14, "color": "#d62728", "symbol": "star"}), row=1, col=1)
+    for col in (1, 2):
+        figure.update_xaxes(type="log", title_text="GPUs (8 per node)", tickvals=gpus, row=1, col=col)
+    figure.update_yaxes(title_text="tokens/s per GPU", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(title_text="time per step (ms)", rangemode="tozero", row=1, col=2)
+    figure.update_layout(title=f"DDP on H100 nodes, {steps[0].tokens_per_gpu:,} tokens per GPU per step",
+                         height=430, legend={"orientation": "h", "y": -0.25}, margin={"t": 90})
+    return figure
+
+
+def ddp_verdict(step: DDPStep) -> str:
+    verdict = ("hidden: the all-reduce fits inside backward" if step.hidden else
+               "communication-bound: t_comm exceeds the backward pass, so every step waits for the network")
+    return (f"<b>{step.num_gpus} GPUs</b>, gradient ring over {step.link}: compute {step.compute_s * 1e3:.1f} ms "
+            f"(backward {step.backward_s * 1e3:.1f} ms), t_comm {step.comm_s * 1e3:.1f} ms in {step.num_buckets} "
+            f"buckets, {step.latency_s / step.comm_s:.0%} of it latency. <b>{verdict}</b>. Step "
+            f"{step.step_s * 1e3:.1f} ms, {step.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+            f"{step.scaling_efficiency:.0%} of one node's.")
+
+
+class CommRooflineCalculator(w.VBox):
+    """Sliders for a DDP step (GPUs, model, tokens per GPU, bucket size, compute efficiency):
+    the roofline test t_comm against backward, and the scaling curve with the setting starred."""
+
+    def __init__(self, num_gpus: int = 64, model: str = "Llama-3.2-1B", tokens_per_gpu: int = 4096,
+                 bucket_mib: float = DDP_BUCKET_BYTES / MiB, compute_efficiency: float = 0.5) -> None:
+        slider = {"continuous_update": False, "style": STYLE, "layout": w.Layout(width="560px")}
+        self.num_gpus = w.SelectionSlider(options=GPU_COUNTS, value=num_gpus, description="GPUs", **slider)
+        self.model = w.Dropdown(options=DDP_MODELS, value=model, description="model", style=STYLE)
+        self.tokens = w.SelectionSlider(options=[2**k for k in range(9, 17)], value=tokens_per_gpu,
+                                        description="tokens per GPU", **slider)
+        self.bucket = w.SelectionSlider(options=[1, 5, 25, 100, 400], value=bucket_mib,
+                                        description="bucket_cap_mb (MiB)", **slider)
+        self.efficiency = w.FloatSlider(min=0.1, max=1.0, step=0.05, value=compute_efficiency,
+                                        description="share of peak FLOP/s", **slider)
+        self.verdict = w.HTML()
+        self.pane = PlotlyPane()
+        for control in (self.num_gpus, self.model, self.tokens, self.bucket, self.efficiency):
+            control.observe(self._redraw, "value")
+        self._redraw()
+        super().__init__([self.num_gpus, self.model, self.tokens, self.bucket, self.efficiency, self.verdict,
+                          self.pane])
+
+    def settings(self) -> dict:
+        return {"model": self.model.value, "tokens_per_gpu": self.tokens.value,
+                "bucket_bytes": self.bucket.value * MiB, "compute_efficiency": self.efficiency.value}
+
+    def _redraw(self, *_) -> None:
+        steps = [ddp_step(n, **self.settings()) for n in GPU_COUNTS]
+        self.verdict.value = f"<p>{ddp_verdict(steps[GPU_COUNTS.index(self.num_gpus.value)])}</p>"
+        self.pane.show(ddp_scaling_figure(steps, self.num_gpus.value))
+
+
+LAYOUT_FEEDBACK = {
+    "TP=16": "This is the bug: tensor parallelism across the two nodes puts every one of its per-layer "
+             "all-reduces on InfiniBand, on the critical path.",
+    "TP=8 x PP=2": "The fix: TP = GPUs per node keeps the all-reduces on NVLink, PP = nodes sends only one "
+                   "batch's activations across, once per step.",
+    "TP=8 x DP=2": "Two independent replicas: no traffic between nodes at all. It serves twice the batches, "
+                   "each through one node (it needs a model that fits on one node).",
+}
+
+
+def layouts_figure(layouts: list[ParallelLayout], chosen: str) -> go.Figure:
+    """Stacked bars per layout: compute, TP all-reduces and PP sends, in ms for one batch."""
+    names = [layout.name for layout in layouts]
+    figure = go.Figure()
+    for label, field, color in (("compute", "compute_s", "#1f77b4"), ("TP all-reduces", "tp_comm_s", "#ff7f0e"),
+                                ("PP activation sends", "pp_comm_s", "#2ca02c")):
+        figure.add_trace(go.Bar(x=names, y=[getattr(layout, field) * 1e3 for layout in layouts], name=label,
+                                marker_color=color, marker_line_width=[3 if n == chosen else 0 for n in names],
+                                marker_line_color="#d62728",
+                                hovertemplate=f"%{{x}}: {label} %{{y:.2f}} ms<extra></extra>"))
+    for layout in layouts:
+        figure.add_annotation(x=layout.name, y=layout.latency_s * 1e3, yshift=12, showarrow=False,
+                              text=f"{layout.tokens_per_s:,.0f} tok/s")
+    phase = layouts[0]
+    figure.update_layout(barmode="stack", height=380,
+                         title=f"Llama-3.1-70B on 2 nodes x 8 H100: one {phase.phase} batch of "
+                               f"{phase.num_tokens:,} tokens",
+                         yaxis_title="latency of one batch (ms)", xaxis_title="layout",
+                         legend={"orientation": "h", "y": -0.25})
+    return figure
+
+
+class LayoutChooser(w.VBox):
+    """Click a layout for the two-node 70B deployment; the bars and the feedback say what it costs."""
+
+    def __init__(self) -> None:
+        self.layout_choice = w.ToggleButtons(options=list(LAYOUT_FEEDBACK), value=None,
+                                             description="your layout", style={"button_width": "130px"})
+        self.phase = w.ToggleButtons(options=("decode", "prefill"), value="decode", description="step")
+        self.all_reduce = w.ToggleButtons(options=TP_ALL_REDUCES, value="flat ring", description="all-reduce")
+        self.feedback = w.HTML("<p>Pick the layout you would deploy.</p>")
+        self.pane = PlotlyPane()
+        for control in (self.layout_choice, self.phase, self.all_reduce):
+            control.observe(self._redraw, "value")
+        self._redraw()
+        super().__init__([self.layout_choice, self.phase, self.all_reduce, self.feedback, self.pane])
+
+    def layouts(self) -> list[ParallelLayout]:
+        return [layout for layout in two_node_layouts(all_reduce=self.all_reduce.value)
+                if layout.phase == self.phase.value]
+
+    def _redraw(self, *_) -> None:
+        layouts = self.layouts()
+        chosen = self.layout_choice.value
+        if chosen is not None:
+            layout = next(layout for layout in layouts if layout.name == chosen)
+            best = max(layouts, key=lambda candidate: candidate.tokens_per_s)
+            self.feedback.value = (f"<p><b>{chosen}</b>: {LAYOUT_FEEDBACK[chosen]} One batch takes "
+                                   f"{layout.latency_s * 1e3:.1f} ms, {layout.tp_comm_s / layout.latency_s:.0%} of "
+                                   f"it in TP all-reduces over {layout.tp_link}; {layout.tokens_per_s:,.0f} tokens/s "
+                                   f"with {layout.batches_in_flight} batch(es) in flight, "
+                                   f"{layout.tokens_per_s / best.tokens_per_s:.0%} of the best layout's.</p>")
+        self.pane.show(layouts_figure(layouts, chosen))
