@@ -1,0 +1,58 @@
+"""An nccl-tests-style result (``course_lib.collectives.bench``) as curves: bandwidth against
+message size, one curve per collective, with a switch between algbw and busbw."""
+
+from __future__ import annotations
+
+import ipywidgets as w
+import plotly.graph_objects as go
+
+from course_lib.collectives.bench import BenchResult
+from course_lib.perf.bus_bandwidth import COLLECTIVES, bus_factor
+from course_lib.widgets.plotly_pane import PlotlyPane
+
+METRICS = {"busbw": "bus bandwidth (GB/s)", "algbw": "algorithm bandwidth (GB/s)", "time_us": "time (µs)"}
+
+
+def bandwidth_figure(result: BenchResult, metric: str = "busbw", peak_gbps: float | None = None,
+                     title: str | None = None) -> go.Figure:
+    """One curve per collective of ``metric`` against message size (log-log for time, log-x
+    otherwise); ``peak_gbps`` draws the link's peak to judge busbw against."""
+    if metric not in METRICS:
+        raise ValueError(f"Unknown metric {metric!r}; choose one of {list(METRICS)}.")
+    figure = go.Figure()
+    for collective in COLLECTIVES:
+        rows = [row for row in result.rows if row.collective == collective]
+        if not rows:
+            continue
+        factor = bus_factor(collective, result.world_size)
+        figure.add_trace(go.Scatter(
+            x=[row.size for row in rows], y=[getattr(row, metric) for row in rows], mode="lines+markers",
+            name=f"{collective} (busbw = algbw x {factor:.3g})",
+            customdata=[[row.time_us, row.algbw, row.busbw] for row in rows],
+            hovertemplate=f"{collective}, %{{x:,}} B: %{{customdata[0]:,.1f}} µs, algbw %{{customdata[1]:.3f}} GB/s, "
+                          "busbw %{customdata[2]:.3f} GB/s<extra></extra>"))
+    if peak_gbps is not None and metric != "time_us":
+        figure.add_hline(y=peak_gbps, line_dash="dash", line_color="grey", annotation_text=f"peak {peak_gbps:g} GB/s")
+    figure.update_layout(
+        title=title or f"{result.world_size} ranks, backend {result.backend}, {result.dtype} ({result.device})",
+        xaxis={"type": "log", "title": "message size (bytes)"},
+        yaxis={"type": "log" if metric == "time_us" else "linear", "title": METRICS[metric], "rangemode": "tozero"},
+        height=430, legend={"orientation": "h", "y": -0.25})
+    return figure
+
+
+class BandwidthChart(w.VBox):
+    """The figure with a metric switch; hovering a point gives all three numbers of its row."""
+
+    def __init__(self, result: BenchResult, metric: str = "busbw", peak_gbps: float | None = None,
+                 title: str | None = None) -> None:
+        self.result, self.peak_gbps, self.title = result, peak_gbps, title
+        self.metric = w.ToggleButtons(options=[(label, key) for key, label in METRICS.items()], value=metric,
+                                      style={"button_width": "220px"})
+        self.pane = PlotlyPane()
+        self.metric.observe(self._redraw, "value")
+        self._redraw()
+        super().__init__([self.metric, self.pane])
+
+    def _redraw(self, *_) -> None:
+        self.pane.show(bandwidth_figure(self.result, self.metric.value, self.peak_gbps, self.title))

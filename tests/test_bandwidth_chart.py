@@ -1,0 +1,33 @@
+"""The bandwidth chart: one curve per collective from a benchmark result, metric switch in place."""
+
+import pytest
+
+from course_lib.collectives.bench import BenchResult, BenchRow
+from course_lib.widgets.bandwidth_chart import BandwidthChart, bandwidth_figure
+
+
+def _result():
+    rows = [BenchRow("all_reduce", size, size // 4, "float32", size / 1e3, size / 1e6, 1.5 * size / 1e6, True)
+            for size in (1024, 4096)]
+    rows += [BenchRow("broadcast", size, size // 4, "float32", size / 2e3, size / 5e5, size / 5e5, True)
+             for size in (1024, 4096)]
+    return BenchResult("gloo", 4, 1, ["host"], "2.13.0", "CPU", "float32", 1, 2, rows)
+
+
+def test_one_curve_per_collective_with_its_factor():
+    figure = bandwidth_figure(_result(), "busbw", peak_gbps=0.01)
+    names = [trace.name for trace in figure.data]
+    assert names == ["all_reduce (busbw = algbw x 1.5)", "broadcast (busbw = algbw x 1)"]
+    assert list(figure.data[0].x) == [1024, 4096] and list(figure.data[0].y) == [1.5 * 1024 / 1e6, 1.5 * 4096 / 1e6]
+    assert figure.layout.xaxis.type == "log" and "GB/s" in figure.layout.yaxis.title.text
+    assert figure.layout.shapes  # the peak line
+    with pytest.raises(ValueError, match="choose one of"):
+        bandwidth_figure(_result(), "goodput")
+
+
+def test_metric_switch_redraws_in_place():
+    chart = BandwidthChart(_result())
+    pane = chart.pane
+    chart.metric.value = "time_us"
+    assert chart.pane is pane and pane.layout.yaxis.type == "log" and "µs" in pane.layout.yaxis.title.text
+    assert list(pane.data[1].y) == [1024 / 2e3, 4096 / 2e3]
