@@ -27,8 +27,10 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
-from course_lib.collectives.buckets import assign_buckets
+from course_lib.collectives.buckets import MIB, assign_buckets
+from course_lib.collectives.ddp_timeline import DEFAULT_BATCH, DEFAULT_WIDTHS, mlp
 
 
 class BucketedReducer:
@@ -97,3 +99,26 @@ class BucketedReducer:
         for hook in self.hooks:
             hook.remove()
         self.hooks = []
+
+
+def against_ddp(bucket_cap_mb: float = 0.5, widths: tuple[int, ...] = DEFAULT_WIDTHS,
+                batch: int = DEFAULT_BATCH) -> dict:
+    """Per rank: one backward of ``mlp(widths)`` under DDP and one under ``BucketedReducer``, on
+    this rank's own rows; the largest gradient difference, the reducer's buckets, and how many
+    of them it launched before backward's last gradient was ready."""
+    reference, mine = mlp(widths), mlp(widths)
+    ddp = DistributedDataParallel(reference, bucket_cap_mb=bucket_cap_mb)
+    ready = []  # hooks registered before the reducer's run before them
+    for param in mine.parameters():
+        param.register_post_accumulate_grad_hook(lambda _: ready.append(time.perf_counter()))
+    reducer = BucketedReducer(mine, int(bucket_cap_mb * MIB))
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    inputs = torch.randn(batch, widths[0], generator=generator)
+    targets = torch.randn(batch, widths[-1], generator=generator)
+    torch.nn.functional.mse_loss(ddp(inputs), targets).backward()
+    torch.nn.functional.mse_loss(mine(inputs), targets).backward()
+    reducer.wait()
+    difference = max((a.grad - b.grad).abs().max().item() for a, b in zip(reference.parameters(), mine.parameters()))
+    reducer.remove()
+    return {"max_difference": difference, "buckets": len(reducer.buckets),
+            "launched_before_last_gradient": sum(at < max(ready) for at in reducer.launched_at)}

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from course_lib.collectives.bucketed_reducer import BucketedReducer
+from course_lib.collectives.bucketed_reducer import BucketedReducer, against_ddp
 from course_lib.collectives.buckets import MIB, assign_buckets, ddp_caps
 from course_lib.collectives.ddp_timeline import bucket_cap_sweep, mlp, record_ddp_step, sweep_step_count
 from course_lib.collectives.launch import run_on_ranks
@@ -158,3 +158,15 @@ def _unused_parameter():
 def test_a_parameter_without_gradient_is_named():
     message = run_on_ranks(_unused_parameter, 1)[0]
     assert "got no gradient" in message and "[0, 1]" in message
+
+
+def test_against_ddp_reports_equal_gradients_and_early_launches():
+    small, whole = run_on_ranks(_against_ddp_twice, 2, trace_calls=False)[0]
+    assert small["max_difference"] <= 1e-6 and whole["max_difference"] <= 1e-6
+    assert small["buckets"] == 3 and small["launched_before_last_gradient"] == 2  # all but the last bucket
+    assert whole["buckets"] == 1 and whole["launched_before_last_gradient"] == 0
+
+
+def _against_ddp_twice():
+    widths = (64, 64, 64, 64)  # three Linear layers of 16 KiB + bias
+    return against_ddp(0.01, widths, 16), against_ddp(25, widths, 16)
