@@ -48,6 +48,7 @@ import torch.distributed as dist
 
 from course_lib.collectives.launch import default_backend, run_on_ranks
 from course_lib.collectives.primitives import all_gather_flat, reduce_scatter_flat
+from course_lib.paths import RESULTS_DIR
 from course_lib.perf.bus_bandwidth import COLLECTIVES, algorithm_bandwidth, bus_bandwidth
 from course_lib.perf.units import GB, MiB
 
@@ -101,6 +102,11 @@ def load_result(path: str | Path) -> BenchResult:
     """The ``BenchResult`` that ``save`` wrote."""
     data = json.loads(Path(path).read_text())
     return BenchResult(**{**data, "rows": [BenchRow(**row) for row in data["rows"]]})
+
+
+def saved_results() -> list[Path]:
+    """The GPU runs saved by ``./course gpu-report`` (``benchmarks/results/nccl_bench_*.json``), to replay."""
+    return sorted(RESULTS_DIR.glob("nccl_bench_*.json"))
 
 
 def parse_bytes(text: str) -> int:

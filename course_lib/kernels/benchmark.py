@@ -26,11 +26,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from course_lib.paths import REPO_ROOT
+from course_lib.paths import RESULTS_DIR
 from course_lib.perf.attention_roofline import BATCHES, CONTEXTS, SHAPE, decode_attention_bytes
 from course_lib.perf.hardware import match_gpu
 
-RESULTS = REPO_ROOT / "benchmarks" / "results"
+RESULTS = RESULTS_DIR
 # Issue 14's goals on an H100/H200: (name, share of peak HBM bandwidth, the points it covers)
 TARGETS: tuple[tuple[str, float, Callable[[int, int], bool]], ...] = (
     ("batch >= 8 at contexts >= 4k", 0.70, lambda batch, context: batch >= 8 and context >= 4096),

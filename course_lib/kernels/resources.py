@@ -30,12 +30,12 @@ from importlib.metadata import version
 from multiprocessing import get_context
 from pathlib import Path
 
-from course_lib.paths import REPO_ROOT
+from course_lib.paths import RESULTS_DIR
 from course_lib.perf.attention_roofline import MAX_PARTITIONS
 
 TARGETS = {"sm_80": 80, "sm_89": 89, "sm_90": 90, "sm_100": 100}  # A100, L4/Ada, H100/H200, B200
 MAX_REGISTERS = 255  # per thread; past it the compiler spills to local memory
-RESULTS = REPO_ROOT / "benchmarks" / "results" / "kernel_resources.json"
+RESULTS = RESULTS_DIR / "kernel_resources.json"
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,10 @@ def test_it_runs_under_a_real_torchrun(tmp_path):
     assert list(dict.fromkeys(row.collective for row in result.rows)) == list(COLLECTIVES)
     assert all(row.correct for row in result.rows)
     assert done.stdout.count("# Avg bus bandwidth") == len(COLLECTIVES)  # rank 0 alone prints the table
+
+
+def test_saved_results_lists_the_gpu_runs_to_replay(monkeypatch, tmp_path):
+    for name in ("nccl_bench_h200.json", "nccl_bench_a100.json", "gpu_report_h200.json"):
+        (tmp_path / name).write_text("{}")
+    monkeypatch.setattr(bench, "RESULTS_DIR", tmp_path)
+    assert [path.name for path in bench.saved_results()] == ["nccl_bench_a100.json", "nccl_bench_h200.json"]
