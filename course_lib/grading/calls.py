@@ -19,14 +19,32 @@ How a function is called (a task's ``call``):
                      (fresh copies each time) and one ``torch.Generator`` seeded with ``seed``, and
                      returns how often each token came back (a token outside the vocabulary, or
                      anything but an int, is an error)
+  hierarchical_on_ranks  args ``(world_size, ranks_per_node, inputs)``; rank r (on node
+                     r // ranks_per_node) builds float32 tensors from ``inputs[r]``, calls
+                     ``fn(tensor, ranks_per_node)`` on each while recording what this rank hands
+                     torch.distributed's calls, and returns per tensor ``{"too much across nodes": [...],
+                     "tensor": its contents after the call}``: the calls that spanned nodes (a group
+                     with ranks on two or more nodes, a send to another node) and were handed more than
+                     one shard, ceil(n / ranks_per_node) elements, plus one record for all of them
+                     together when they were handed more than two shards in all
+  bucketed_reducer   args ``(world_size, rows_per_rank, buckets)``; every rank builds the same
+                     ``reducer_problem`` model and data, calls ``finish = fn(model, buckets)``,
+                     back-propagates the MSE loss of its own rows, calls ``finish()``, and returns
+                     ``{"all_reduce calls": [...], "gradients": each parameter's .grad}``: for each
+                     ``dist.all_reduce``, its elements, its async_op, how many gradients had been
+                     accumulated when it was launched, and whether it was waited on by the time
+                     ``finish()`` returned (``wait()``, or its future done; a blocking call counts)
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import io
 import operator
 import signal
+import threading
 import warnings
 from typing import Any, Callable
 
@@ -114,6 +132,184 @@ def _repeated_draws(fn: Callable, target_probs: list, draft_probs: list, draft_t
     return counts
 
 
+def _record_calls(names: tuple[str, ...], on_call: Callable) -> None:
+    """Wrap torch.distributed's functions ``names`` in this rank's process, in ``torch.distributed``
+    and in ``distributed_c10d`` alike (as launch.py's tracing does, so that torch's own identity
+    checks, ``P2POp``'s among them, still hold). After each call the rank's code makes (not one that
+    torch makes inside another), the wrapper returns ``on_call(name, arguments, result)``, with the
+    call's arguments by parameter name, defaults filled in."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    depth = threading.local()  # recorded calls this thread is inside
+
+    def wrap(name: str, original: Callable) -> Callable:
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def recorded(*args, **kwargs):
+            outermost = getattr(depth, "n", 0) == 0
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                depth.n -= 1
+            if not outermost:
+                return result
+            arguments = signature.bind(*args, **kwargs)
+            arguments.apply_defaults()
+            return on_call(name, arguments.arguments, result)
+
+        return recorded
+
+    for name in names:
+        original = getattr(dist, name, None)
+        if original is None:  # not in this torch release
+            continue
+        recorded = wrap(name, original)
+        for namespace in (dist, c10d):
+            if getattr(namespace, name, None) is original:
+                setattr(namespace, name, recorded)
+
+
+def _numel(value: Any) -> int:
+    """Elements of a tensor, or of every tensor in a list (0 for None)."""
+    if value is None:
+        return 0
+    if isinstance(value, (list, tuple)):
+        return sum(_numel(item) for item in value)
+    return value.numel()
+
+
+# The argument of each call that holds what this rank hands it (receives carry nothing out).
+HANDED_IN = {"all_reduce": "tensor", "broadcast": "tensor", "reduce": "tensor", "all_gather": "tensor",
+             "all_gather_into_tensor": "input_tensor", "all_gather_single": "input_tensor",
+             "reduce_scatter": "input_list", "reduce_scatter_tensor": "input", "reduce_scatter_single": "input",
+             "all_to_all": "input_tensor_list", "all_to_all_single": "input", "scatter": "scatter_list",
+             "gather": "tensor", "send": "tensor", "isend": "tensor", "batch_isend_irecv": "p2p_op_list"}
+
+
+def _handed_in(name: str, arguments: dict) -> list[tuple[str, list[int], int]]:
+    """``(call, the ranks it joins, the elements this rank handed it)`` for one recorded call; a
+    ``batch_isend_irecv`` gives one entry per send."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    if name == "batch_isend_irecv":
+        return [("isend in batch_isend_irecv", sorted({rank, op.peer}), _numel(op.tensor))
+                for op in arguments["p2p_op_list"] if getattr(op.op, "__name__", "") == "isend"]
+    group = dist.group.WORLD if arguments.get("group") is None else arguments["group"]
+    if name in ("send", "isend"):
+        peer = arguments["dst"] if arguments.get("dst") is not None else dist.get_global_rank(group, arguments["group_dst"])
+        return [(name, sorted({rank, peer}), _numel(arguments["tensor"]))]
+    return [(name, dist.get_process_group_ranks(group), _numel(arguments[HANDED_IN[name]]))]
+
+
+def too_much_across_nodes(handed: list[tuple[str, list[int], int]], ranks_per_node: int, numel: int) -> list[dict]:
+    """The calls among ``handed`` that spanned nodes and were handed more than one shard of a
+    ``numel``-element tensor, then one record for them all when together they were handed more
+    than two shards."""
+    shard = -(-numel // ranks_per_node)
+    across = [(name, ranks, elements) for name, ranks, elements in handed
+              if elements and len({r // ranks_per_node for r in ranks}) > 1]
+    excess = [{"call": name, "ranks": ranks, "elements": elements} for name, ranks, elements in across if elements > shard]
+    total = sum(elements for _, _, elements in across)
+    if len(across) > 1 and total > 2 * shard:
+        excess.append({"call": f"all {len(across)} cross-node calls",
+                       "ranks": sorted({r for _, ranks, _ in across for r in ranks}), "elements": total})
+    return excess
+
+
+def _hierarchical_rank(fn: Callable, ranks_per_node: int, inputs: list) -> list:
+    import torch
+    import torch.distributed as dist
+
+    handed: list[tuple[str, list[int], int]] = []
+
+    def record(name: str, arguments: dict, result: Any) -> Any:
+        handed.extend(_handed_in(name, arguments))
+        return result
+
+    _record_calls(tuple(HANDED_IN), record)
+    results = []
+    for values in inputs[dist.get_rank()]:
+        tensor = torch.tensor(values, dtype=torch.float32)
+        handed.clear()
+        fn(tensor, ranks_per_node)
+        results.append({"too much across nodes": too_much_across_nodes(handed, ranks_per_node, len(values)),
+                        "tensor": tensor.tolist()})
+    return results
+
+
+def reducer_problem(world_size: int, rows_per_rank: int):
+    """The model (three ``Linear`` layers, six parameters) and data every rank builds for
+    ``bucketed_reducer`` (and the grader, for the reference)."""
+    import torch
+
+    inputs = torch.randn(world_size * rows_per_rank, 6, generator=torch.Generator().manual_seed(3))
+    targets = torch.randn(world_size * rows_per_rank, 2, generator=torch.Generator().manual_seed(4))
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
+                                torch.nn.Linear(16, 2))
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(5)
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) / 2)
+    return model, inputs, targets
+
+
+class _Handle:
+    """What an ``async_op=True`` all-reduce returns to the learner's code: the real handle, noting
+    whether it was waited on."""
+
+    def __init__(self, work) -> None:
+        self._work, self._waited, self._future = work, False, None
+
+    def wait(self, *args, **kwargs):
+        self._waited = True
+        return self._work.wait(*args, **kwargs)
+
+    def get_future(self):
+        self._future = self._work.get_future()
+        return self._future
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+    def waited_on(self) -> bool:
+        return self._waited or (self._future is not None and self._future.done())
+
+
+def _reducer_rank(fn: Callable, rows_per_rank: int, buckets: list) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, inputs, targets = reducer_problem(world, rows_per_rank)
+    parameters = list(model.parameters())
+    accumulated: list[int] = []
+    for index, parameter in enumerate(parameters):  # registered first, so each runs before the learner's hooks
+        parameter.register_post_accumulate_grad_hook(lambda _, index=index: accumulated.append(index))
+    launches: list[tuple[dict, _Handle | None]] = []
+
+    def record(name: str, arguments: dict, work: Any) -> Any:
+        handle = None if work is None else _Handle(work)
+        launches.append(({"elements": _numel(arguments["tensor"]), "async_op": bool(arguments["async_op"]),
+                          "gradients ready": len(accumulated)}, handle))
+        return handle
+
+    _record_calls(("all_reduce",), record)
+    finish = fn(model, buckets)
+    if not callable(finish):
+        raise TypeError(f"the function returned {type(finish).__name__}, not a function: return finish, "
+                        "the function that waits for the all-reduces and writes the averages back")
+    mine = slice(rank * rows_per_rank, (rank + 1) * rows_per_rank)
+    torch.nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
+    finish()
+    return {"all_reduce calls": [{**launch, "waited on": handle is None or handle.waited_on()}
+                                 for launch, handle in launches],
+            "gradients": [parameter.grad.tolist() for parameter in parameters]}
+
+
 def _on_ranks(rank_fn: Callable) -> Callable:
     def call(fn: Callable, world_size: int, *args) -> list:
         from course_lib.collectives.launch import run_on_ranks
@@ -126,6 +322,8 @@ CALLS: dict[str, Callable[..., Any]] = {
     "in_place_on_ranks": _on_ranks(_in_place_rank),
     "ddp_gradients": _on_ranks(_ddp_rank),
     "repeated_draws": _repeated_draws,
+    "hierarchical_on_ranks": _on_ranks(_hierarchical_rank),
+    "bucketed_reducer": _on_ranks(_reducer_rank),
 }
 
 

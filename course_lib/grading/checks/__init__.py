@@ -7,7 +7,7 @@ import importlib
 from course_lib.grading.task import Task
 
 MODULES = {"01_paging": "paging", "02_batching": "batching", "03_scheduler": "scheduler", "04_roofline": "roofline",
-           "05_collectives": "collectives", "06_ring_vs_tree": "ring_vs_tree"}
+           "05_collectives": "collectives", "06_ring_vs_tree": "ring_vs_tree", "07_nccl_topology": "nccl_topology"}
 
 
 def exercise_tasks(exercise: str) -> tuple[Task, ...]:
