@@ -33,6 +33,7 @@ themselves; where they pick the wrong one, name it: ``GLOO_SOCKET_IFNAME=lo`` fo
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -298,14 +299,17 @@ def _torchrun_backend() -> str:
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world else "gloo"
 
 
-def _run_under_torchrun(backend: str | None, settings: dict) -> BenchResult:
+def _run_under_torchrun(backend: str | None, settings: dict, timeout_s: float) -> BenchResult:
+    """One torchrun process's part; a collective stuck for ``timeout_s`` raises instead of waiting
+    for the backend's default of 30 minutes (gloo) or 10 (NCCL)."""
     backend = backend or _torchrun_backend()
+    timeout = datetime.timedelta(seconds=timeout_s)
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
-        dist.init_process_group(backend, device_id=device)
+        dist.init_process_group(backend, device_id=device, timeout=timeout)
     else:
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=timeout)
     try:
         return bench_on_rank(**settings)
     finally:
@@ -322,17 +326,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
-    parser.add_argument("--world-size", type=int, default=4, help="local ranks to fork (not under torchrun)")
+    parser.add_argument("--world-size", type=int, default=None,
+                        help="local ranks to fork (default 4); under torchrun, torchrun's --nproc-per-node decides")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                         help="default: nccl with CUDA and a GPU per local rank, else gloo")
     parser.add_argument("--json", type=Path, default=None, help="write the result here (rank 0)")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="give up on a stuck run after this long")
     args = parser.parse_args(argv)
     settings = dict(collectives=args.collectives, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                     step_factor=args.step_factor, warmup=args.warmup, iters=args.iters, dtype=args.dtype)
     if under_torchrun():
-        result = _run_under_torchrun(args.backend, settings)
+        if args.world_size is not None:
+            parser.error("--world-size forks local ranks; under torchrun the ranks are torchrun's: drop it")
+        result = _run_under_torchrun(args.backend, settings, args.timeout_s)
         lead = int(os.environ["RANK"]) == 0
     else:
+        args.world_size = args.world_size or 4
         per_collective = len(message_sizes(args.min_bytes, args.max_bytes, args.step_factor))
         backend = args.backend or default_backend(args.world_size)
         print(f"{len(args.collectives)} collectives x {per_collective} sizes on {args.world_size} ranks ({backend})",
@@ -342,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             if (step + 1) % per_collective == 0:
                 print(f"  {args.collectives[step // per_collective]} done", flush=True)
 
-        result = benchmark(args.world_size, backend=backend, on_step=done, **settings)
+        result = benchmark(args.world_size, backend=backend, on_step=done, timeout_s=args.timeout_s, **settings)
         lead = True
     if lead:
         print(format_table(result))

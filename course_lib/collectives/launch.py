@@ -51,8 +51,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-if sys.platform == "linux":  # ranks talk over loopback, whatever the machine's network
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 TRACED_CALLS = ("broadcast", "reduce", "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
                 "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
@@ -160,6 +158,8 @@ def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeo
     if faulthandler.is_enabled():  # inherited from pytest or ipykernel, writing to their own copy of stderr
         faulthandler.enable(file=2, all_threads=True)
     sys.stdout = sys.stderr = _QueueWriter(messages, rank)
+    if sys.platform == "linux":  # this launcher's ranks share one machine: loopback, whatever its network
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         torch.set_num_threads(1)  # N ranks share the machine's cores
         if backend == "nccl":
