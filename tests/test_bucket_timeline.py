@@ -3,7 +3,7 @@ over a sweep that redraws in place. Built from hand-made timelines (the real rec
 in tests/collectives/test_ddp_timeline.py)."""
 
 from course_lib.collectives.ddp_timeline import BucketRecord, BucketTimeline
-from course_lib.widgets.bucket_timeline import BucketTimelineExplorer, describe, timeline_figure
+from course_lib.widgets.bucket_timeline import BucketTimelineExplorer, describe, layer_names, timeline_figure
 
 NAMES = ["0.weight", "0.bias", "2.weight", "2.bias"]
 
@@ -18,19 +18,24 @@ TWO = _timeline(0.5, [BucketRecord(0, ["2.bias", "2.weight"], 1000, 0.0025, 0.00
 ONE = _timeline(25.0, [BucketRecord(0, NAMES[::-1], 2000, 0.0055, 0.0085)])
 
 
+def test_layers_are_numbered_in_parameter_order():
+    assert layer_names(["0.weight", "0.bias", "2.weight", "2.bias", "head.weight"]) == {
+        "0.weight": "layer 0", "0.bias": "layer 0", "2.weight": "layer 1", "2.bias": "layer 1", "head.weight": "layer 2"}
+
+
 def test_figure_places_each_bucket_where_it_ran():
     figure = timeline_figure(TWO)
     marks, bars = figure.data
     assert list(marks.x) == [1.0 + 1.0, 5.0]  # layer 2 ready when its last parameter was (2 ms), layer 0 at 5 ms
-    assert list(marks.text) == ["layer 2", "layer 0"]
+    assert list(marks.text) == ["layer 1", "layer 0"]  # modules "2" and "0", numbered in parameter order
     assert list(bars.base) == [2.5, 5.5] and [round(x, 9) for x in bars.x] == [3.5, 2.5]
     assert "2 buckets" in figure.layout.title.text and "(ms)" in figure.layout.xaxis.title.text
 
 
 def test_description_reports_order_and_overlap_from_the_times():
-    assert describe(TWO).startswith("2 buckets in reverse parameter order: bucket 0 holds layer 2")
+    assert describe(TWO).startswith("2 buckets in reverse parameter order: bucket 0 holds layer 1")
     assert "1 of 2 all-reduce(s) launched before the last gradient was ready (5.0 ms)" in describe(TWO)
-    assert describe(ONE).startswith("one bucket, holding layer 2, layer 0")
+    assert describe(ONE).startswith("one bucket, holding layer 1, layer 0")
     assert "0 of 1" in describe(ONE)
 
 

@@ -4,8 +4,6 @@ all-reduce ran, from a recorded step (``course_lib.collectives.ddp_timeline``), 
 
 from __future__ import annotations
 
-import re
-
 import ipywidgets as w
 import plotly.graph_objects as go
 
@@ -20,26 +18,28 @@ def cap_label(bucket_cap_mb: float | None) -> str:
     return "default (25 MB, first bucket 1 MB)" if bucket_cap_mb is None else f"{bucket_cap_mb:g} MB"
 
 
-def _layer(name: str) -> str:
-    """'12.weight' -> 'layer 12' (the Sequential index of the Linear that holds the parameter)."""
-    match = re.match(r"(\d+)\.", name)
-    return f"layer {match.group(1)}" if match else name
+def layer_names(param_names: list[str]) -> dict[str, str]:
+    """Parameter name -> 'layer k': the layers (modules holding parameters, '12.weight' and
+    '12.bias' in module '12') numbered 0, 1, ... in ``model.parameters()`` order."""
+    modules = list(dict.fromkeys(name.rpartition(".")[0] for name in param_names))
+    return {name: f"layer {modules.index(name.rpartition('.')[0])}" for name in param_names}
 
 
-def _params_text(params: list[str]) -> str:
-    layers = list(dict.fromkeys(_layer(p) for p in params))
-    return ", ".join(layers) if len(layers) <= 3 else f"{layers[0]} ... {layers[-1]} ({len(layers)} layers)"
+def _params_text(params: list[str], layers: dict[str, str]) -> str:
+    names = list(dict.fromkeys(layers[p] for p in params))
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]} ... {names[-1]} ({len(names)} layers)"
 
 
 def timeline_figure(timeline: BucketTimeline) -> go.Figure:
     """One row per bucket (its all-reduce, launch to completion) under one row of gradient-ready
-    marks (one per layer: when its weight's gradient was accumulated); times in ms after
-    ``loss.backward()`` was called."""
+    marks (one per layer: when the last of its parameters' gradients was accumulated); times in
+    ms after ``loss.backward()`` was called."""
     ms = 1e3
     figure = go.Figure()
+    layers = layer_names(timeline.param_names)
     ready = {}
     for name, at in timeline.grad_ready_s.items():
-        ready[_layer(name)] = max(ready.get(_layer(name), 0.0), at)
+        ready[layers[name]] = max(ready.get(layers[name], 0.0), at)
     figure.add_trace(go.Scatter(x=[t * ms for t in ready.values()], y=["backward: gradients ready"] * len(ready),
                                 mode="markers+text", text=list(ready), textposition="top center",
                                 marker={"color": COMPUTE, "size": 10, "symbol": "diamond"}, name="gradient ready",
@@ -48,7 +48,8 @@ def timeline_figure(timeline: BucketTimeline) -> go.Figure:
     figure.add_trace(go.Bar(y=rows, x=[(b.end_s - b.start_s) * ms for b in timeline.buckets],
                             base=[b.start_s * ms for b in timeline.buckets], orientation="h", marker_color=COMM,
                             name="bucket all-reduce",
-                            customdata=[[_params_text(b.params), format_bytes(b.num_bytes)] for b in timeline.buckets],
+                            customdata=[[_params_text(b.params, layers), format_bytes(b.num_bytes)]
+                                        for b in timeline.buckets],
                             hovertemplate="%{y}: %{customdata[0]}, %{customdata[1]}<br>"
                                           "launched %{base:.2f} ms, took %{x:.2f} ms<extra></extra>"))
     for at, text, dash in ((timeline.compute_end_s, "last gradient ready", "dot"),
@@ -67,14 +68,14 @@ def timeline_figure(timeline: BucketTimeline) -> go.Figure:
 
 def describe(timeline: BucketTimeline) -> str:
     """What the timeline shows, in numbers: order, overlap, and where each bucket starts."""
-    buckets = timeline.buckets
+    buckets, layers = timeline.buckets, layer_names(timeline.param_names)
     launched_early = sum(b.start_s < timeline.compute_end_s for b in buckets)
     order = "in reverse parameter order" if timeline.in_reverse_order() else "NOT in reverse parameter order"
     if len(buckets) == 1:
-        holds = f"one bucket, holding {_params_text(buckets[0].params)}"
+        holds = f"one bucket, holding {_params_text(buckets[0].params, layers)}"
     else:
-        holds = (f"{len(buckets)} buckets {order}: bucket 0 holds {_params_text(buckets[0].params)}, "
-                 f"bucket {buckets[-1].index} holds {_params_text(buckets[-1].params)}")
+        holds = (f"{len(buckets)} buckets {order}: bucket 0 holds {_params_text(buckets[0].params, layers)}, "
+                 f"bucket {buckets[-1].index} holds {_params_text(buckets[-1].params, layers)}")
     return (f"{holds}. {launched_early} of {len(buckets)} all-reduce(s) launched before the last gradient was ready "
             f"({timeline.compute_end_s * 1e3:.1f} ms); backward() returned at {timeline.backward_s * 1e3:.1f} ms.")
 
