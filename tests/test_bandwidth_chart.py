@@ -1,9 +1,11 @@
 """The bandwidth chart: one curve per collective from a benchmark result, metric switch in place."""
 
+from dataclasses import replace
+
 import pytest
 
 from course_lib.collectives.bench import BenchResult, BenchRow
-from course_lib.widgets.bandwidth_chart import BandwidthChart, bandwidth_figure
+from course_lib.widgets.bandwidth_chart import BandwidthChart, bandwidth_figure, link_peak_gbps
 
 
 def _result():
@@ -31,3 +33,11 @@ def test_metric_switch_redraws_in_place():
     chart.metric.value = "time_us"
     assert chart.pane is pane and pane.layout.yaxis.type == "log" and "µs" in pane.layout.yaxis.title.text
     assert list(pane.data[1].y) == [1024 / 2e3, 4096 / 2e3]
+
+
+def test_link_peak_comes_from_the_gpu_preset_of_one_node_runs():
+    cpu = _result()
+    assert link_peak_gbps(cpu) is None
+    assert link_peak_gbps(replace(cpu, device="NVIDIA H200")) == 450  # NVLink 4: 900 GB/s both ways
+    assert link_peak_gbps(replace(cpu, device="NVIDIA L4")) == 32  # no NVLink: PCIe Gen4 x16
+    assert link_peak_gbps(replace(cpu, device="NVIDIA H200", num_nodes=2)) is None

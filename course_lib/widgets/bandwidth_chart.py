@@ -8,9 +8,20 @@ import plotly.graph_objects as go
 
 from course_lib.collectives.bench import BenchResult
 from course_lib.perf.bus_bandwidth import COLLECTIVES, bus_factor
+from course_lib.perf.hardware import match_gpu
 from course_lib.widgets.plotly_pane import PlotlyPane
 
 METRICS = {"busbw": "bus bandwidth (GB/s)", "algbw": "algorithm bandwidth (GB/s)", "time_us": "time (µs)"}
+
+
+def link_peak_gbps(result: BenchResult) -> float | None:
+    """The peak, in GB/s each way, that a one-node GPU run's busbw is judged against: the GPU
+    preset's NVLink (PCIe where it has none). None for CPU runs, unknown GPUs and runs across
+    nodes (there the network and the number of NICs per node set it)."""
+    gpu = match_gpu(result.device)
+    if gpu is None or result.num_nodes != 1:
+        return None
+    return (gpu.nvlink_bandwidth / 2 or gpu.pcie_bandwidth) / 1e9
 
 
 def bandwidth_figure(result: BenchResult, metric: str = "busbw", peak_gbps: float | None = None,
