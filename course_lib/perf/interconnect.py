@@ -1,6 +1,7 @@
 """The interconnect hierarchy of a GPU cluster as link presets: bandwidth and per-hop latency.
 
-From fastest to slowest (bandwidths per GPU, one direction unless marked):
+NVLink first, then PCIe and InfiniBand, which are of the same order: a NIC hangs off PCIe, and
+NDR's 400 Gb/s was sized to match a Gen5 x16 slot (bandwidths per GPU, one direction unless marked):
 
   NVLink 4 (H100)        900 GB/s aggregate, both directions together: 18 links x 50 GB/s, so
                          450 GB/s each way (NVIDIA H100 SXM datasheet). NVLink 3 (A100) 600 GB/s,
@@ -11,7 +12,9 @@ From fastest to slowest (bandwidths per GPU, one direction unless marked):
                          magnitude below NVLink.
   InfiniBand NDR         400 Gb/s per NIC = 50 GB/s (ConnectX-7, one NIC per GPU in DGX/HGX H100);
   InfiniBand HDR         200 Gb/s = 25 GB/s (ConnectX-6, DGX A100). Node to node, through a switch:
-                         9x (NDR vs NVLink 4 each way) to 18x (vs its aggregate) slower than NVLink.
+                         One NIC is 9x (NDR vs NVLink 4 each way) to 18x (vs its aggregate) slower
+                         than one GPU's NVLink; with a NIC per GPU, a node's 8 NICs together carry
+                         400 GB/s each way, close to one GPU's 450.
 
 Latencies (``alpha_s``) are typical orders of magnitude, not measurements: about 1 us for an
 NVLink hop, a few us for PCIe, about 5 us for an InfiniBand hop through a switch (NIC, switch
