@@ -21,7 +21,7 @@ def test_scaling_figure_plots_each_step_and_stars_the_setting():
     steps = [ddp_step(n) for n in GPU_COUNTS]
     figure = ddp_scaling_figure(steps, highlight=64)
     throughput, comm, latency, backward, star = figure.data
-    assert list(throughput.x) == list(GPU_COUNTS)
+    assert list(throughput.x) == list(GPU_COUNTS) and list(comm.x) == list(GPU_COUNTS[1:])  # 1 GPU: no all-reduce
     assert list(throughput.y) == [s.tokens_per_s_per_gpu for s in steps]
     assert all(total >= part for total, part in zip(comm.y, latency.y))
     assert list(star.x) == [64] and star.y[0] == ddp_step(64).tokens_per_s_per_gpu
@@ -29,7 +29,9 @@ def test_scaling_figure_plots_each_step_and_stars_the_setting():
 
 
 def test_calculator_redraws_its_pane_on_every_change():
-    calculator = CommRooflineCalculator(num_gpus=8)
+    calculator = CommRooflineCalculator(num_gpus=1)
+    assert "nothing to all-reduce" in calculator.verdict.value
+    calculator.num_gpus.value = 8
     pane = calculator.pane
     assert "hidden" in calculator.verdict.value
     calculator.num_gpus.value = 512

@@ -15,7 +15,7 @@ COMPUTE, COMM = "#1f77b4", "#ff7f0e"
 
 
 def cap_label(bucket_cap_mb: float | None) -> str:
-    return "default (25 MB, first bucket 1 MB)" if bucket_cap_mb is None else f"{bucket_cap_mb:g} MB"
+    return "default" if bucket_cap_mb is None else f"{bucket_cap_mb:g} MB"
 
 
 def layer_names(param_names: list[str]) -> dict[str, str]:
@@ -41,7 +41,7 @@ def timeline_figure(timeline: BucketTimeline) -> go.Figure:
     for name, at in timeline.grad_ready_s.items():
         ready[layers[name]] = max(ready.get(layers[name], 0.0), at)
     figure.add_trace(go.Scatter(x=[t * ms for t in ready.values()], y=["backward: gradients ready"] * len(ready),
-                                mode="markers+text", text=list(ready), textposition="top center",
+                                mode="markers", text=list(ready),
                                 marker={"color": COMPUTE, "size": 10, "symbol": "diamond"}, name="gradient ready",
                                 hovertemplate="%{text}: ready at %{x:.2f} ms<extra></extra>"))
     rows = [f"bucket {b.index}" for b in timeline.buckets]
@@ -52,17 +52,17 @@ def timeline_figure(timeline: BucketTimeline) -> go.Figure:
                                         for b in timeline.buckets],
                             hovertemplate="%{y}: %{customdata[0]}, %{customdata[1]}<br>"
                                           "launched %{base:.2f} ms, took %{x:.2f} ms<extra></extra>"))
-    for at, text, dash in ((timeline.compute_end_s, "last gradient ready", "dot"),
-                           (timeline.backward_s, "backward() returns", "dash")):
+    for at, text, dash, where in ((timeline.compute_end_s, "last gradient ready", "dot", "top left"),
+                                  (timeline.backward_s, "backward() returns", "dash", "top right")):
         figure.add_vline(x=at * ms, line_dash=dash, line_color="grey", annotation_text=text,
-                         annotation_position="top")
+                         annotation_position=where)
     figure.update_layout(
-        title=f"One DDP step (rank 0), bucket_cap_mb = {cap_label(timeline.bucket_cap_mb)}: "
+        title=f"One DDP step (rank 0), bucket_cap_mb {cap_label(timeline.bucket_cap_mb)}: "
               f"{len(timeline.buckets)} bucket{'s' if len(timeline.buckets) != 1 else ''}",
         xaxis_title="time after loss.backward() was called (ms)", yaxis_title="",
         yaxis={"categoryorder": "array", "categoryarray": list(reversed(["backward: gradients ready", *rows]))},
-        height=260 + 26 * len(rows), showlegend=True, legend={"orientation": "h", "y": -0.25},
-        margin={"l": 170, "r": 30, "t": 70, "b": 80})
+        height=280 + 26 * len(rows), autosize=True, showlegend=True, legend={"orientation": "h", "y": -0.3},
+        margin={"l": 150, "r": 20, "t": 80, "b": 90})
     return figure
 
 

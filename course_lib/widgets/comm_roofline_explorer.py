@@ -35,28 +35,35 @@ def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go
                                 name="tokens/s per GPU", customdata=[[s.link, s.scaling_efficiency] for s in steps],
                                 hovertemplate="%{x} GPUs: %{y:,.0f} tokens/s per GPU (%{customdata[1]:.0%} of one "
                                               "node's), ring over %{customdata[0]}<extra></extra>"), row=1, col=1)
-    figure.add_trace(go.Scatter(x=gpus, y=[s.comm_s * 1e3 for s in steps], mode="lines+markers",
-                                name="t_comm: gradient all-reduce", line_color="#ff7f0e"), row=1, col=2)
-    figure.add_trace(go.Scatter(x=gpus, y=[s.latency_s * 1e3 for s in steps], mode="lines", fill="tozeroy",
-                                name="its latency part, buckets x 2(N-1) alpha", line_color="#ffbb78"), row=1, col=2)
-    figure.add_trace(go.Scatter(x=gpus, y=[s.backward_s * 1e3 for s in steps], mode="lines",
-                                name="backward compute (what overlap can hide behind)", line={"dash": "dash",
-                                                                                              "color": "#1f77b4"}),
+    talking = [s for s in steps if s.comm_s > 0]  # one GPU has nothing to all-reduce: no point on a log axis
+    figure.add_trace(go.Scatter(x=[s.num_gpus for s in talking], y=[s.comm_s * 1e3 for s in talking],
+                                mode="lines+markers", name="t_comm: gradient all-reduce", line_color="#ff7f0e"),
                      row=1, col=2)
+    figure.add_trace(go.Scatter(x=[s.num_gpus for s in talking], y=[s.latency_s * 1e3 for s in talking],
+                                mode="lines", name="its latency part, buckets x 2(N-1) alpha",
+                                line={"color": "#ffbb78", "dash": "dot"}), row=1, col=2)
+    figure.add_trace(go.Scatter(x=gpus, y=[s.backward_s * 1e3 for s in steps], mode="lines",
+                                name="backward compute (what overlap can hide behind)",
+                                line={"dash": "dash", "color": "#1f77b4", "width": 3}), row=1, col=2)
     if highlight in gpus:
         step = steps[gpus.index(highlight)]
         figure.add_trace(go.Scatter(x=[highlight], y=[step.tokens_per_s_per_gpu], mode="markers", name="your setting",
                                     marker={"size": 14, "color": "#d62728", "symbol": "star"}), row=1, col=1)
+        for col in (1, 2):
+            figure.add_vline(x=highlight, line_color="#d62728", line_width=1, opacity=0.5, row=1, col=col)
     for col in (1, 2):
-        figure.update_xaxes(type="log", title_text="GPUs (8 per node)", tickvals=gpus, row=1, col=col)
+        figure.update_xaxes(type="log", title_text="GPUs (8 per node)", tickvals=gpus, tickangle=0, row=1, col=col)
     figure.update_yaxes(title_text="tokens/s per GPU", rangemode="tozero", row=1, col=1)
-    figure.update_yaxes(title_text="time per step (ms)", rangemode="tozero", row=1, col=2)
+    figure.update_yaxes(title_text="time per step (ms, log scale)", type="log", row=1, col=2)
     figure.update_layout(title=f"DDP on H100 nodes, {steps[0].tokens_per_gpu:,} tokens per GPU per step",
-                         height=430, legend={"orientation": "h", "y": -0.25}, margin={"t": 90})
+                         height=470, legend={"orientation": "h", "y": -0.32}, margin={"t": 90, "b": 130})
     return figure
 
 
 def ddp_verdict(step: DDPStep) -> str:
+    if step.comm_s == 0:
+        return (f"<b>1 GPU</b>: nothing to all-reduce. Step {step.step_s * 1e3:.1f} ms, "
+                f"{step.tokens_per_s_per_gpu:,.0f} tokens/s.")
     verdict = ("hidden: the all-reduce fits inside backward" if step.hidden else
                "communication-bound: t_comm exceeds the backward pass, so every step waits for the network")
     return (f"<b>{step.num_gpus} GPUs</b>, gradient ring over {step.link}: compute {step.compute_s * 1e3:.1f} ms "
@@ -116,12 +123,14 @@ def layouts_figure(layouts: list[ParallelLayout], chosen: str) -> go.Figure:
     for label, field, color in (("compute", "compute_s", "#1f77b4"), ("TP all-reduces", "tp_comm_s", "#ff7f0e"),
                                 ("PP activation sends", "pp_comm_s", "#2ca02c")):
         figure.add_trace(go.Bar(x=names, y=[getattr(layout, field) * 1e3 for layout in layouts], name=label,
-                                marker_color=color, marker_line_width=[3 if n == chosen else 0 for n in names],
-                                marker_line_color="#d62728",
-                                hovertemplate=f"%{{x}}: {label} %{{y:.2f}} ms<extra></extra>"))
-    for layout in layouts:
-        figure.add_annotation(x=layout.name, y=layout.latency_s * 1e3, yshift=12, showarrow=False,
-                              text=f"{layout.tokens_per_s:,.0f} tok/s")
+                                marker_color=color, hovertemplate=f"%{{x}}: {label} %{{y:.2f}} ms<extra></extra>"))
+    for position, layout in enumerate(layouts):
+        sends = f"<br>PP sends {layout.pp_comm_s * 1e6:,.0f} µs" if layout.pp > 1 else ""
+        figure.add_annotation(x=layout.name, y=layout.latency_s * 1e3, yshift=18 if sends else 10, showarrow=False,
+                              text=f"{layout.tokens_per_s:,.0f} tok/s{sends}")
+        if layout.name == chosen:
+            figure.add_shape(type="rect", x0=position - 0.45, x1=position + 0.45, y0=0, y1=layout.latency_s * 1e3,
+                             line={"color": "#d62728", "width": 3})
     phase = layouts[0]
     figure.update_layout(barmode="stack", height=380,
                          title=f"Llama-3.1-70B on 2 nodes x 8 H100: one {phase.phase} batch of "
@@ -159,6 +168,7 @@ class LayoutChooser(w.VBox):
             self.feedback.value = (f"<p><b>{chosen}</b>: {LAYOUT_FEEDBACK[chosen]} One batch takes "
                                    f"{layout.latency_s * 1e3:.1f} ms, {layout.tp_comm_s / layout.latency_s:.0%} of "
                                    f"it in TP all-reduces over {layout.tp_link}; {layout.tokens_per_s:,.0f} tokens/s "
-                                   f"with {layout.batches_in_flight} batch(es) in flight, "
+                                   f"with {layout.batches_in_flight} batch{'es' if layout.batches_in_flight > 1 else ''} "
+                                   "in flight, "
                                    f"{layout.tokens_per_s / best.tokens_per_s:.0%} of the best layout's.</p>")
         self.pane.show(layouts_figure(layouts, chosen))
