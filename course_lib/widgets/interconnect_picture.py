@@ -14,9 +14,9 @@ from course_lib.perf.units import MiB, format_bytes
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 
 GPUS_PER_NODE = 8
-NVLINK_PATH = "GPU to GPU in a node (NVLink)"
-RDMA_PATH = "node to node, GPUDirect RDMA"
-BOUNCE_PATH = "node to node through host memory"
+NVLINK_PATH = "in a node: NVLink"
+RDMA_PATH = "across nodes: GPUDirect RDMA"
+BOUNCE_PATH = "across nodes: via host memory"
 PATHS = (NVLINK_PATH, RDMA_PATH, BOUNCE_PATH)
 HIGHLIGHT, QUIET = "#d62728", "#9e9e9e"
 
@@ -54,7 +54,7 @@ def draw_interconnect(path: str = NVLINK_PATH):
     nvlink, network, pcie = get_link(NVLINK_4), get_link(INFINIBAND_NDR), get_link(PCIE_GEN5)
     fig = new_figure(11.5, 4.4)
     ax = fig.add_axes((0, 0, 1, 0.9))
-    ax.set(xlim=(-0.3, 21.5), ylim=(0.2, 6.3))
+    ax.set(xlim=(-0.3, 21.5), ylim=(-0.15, 6.3))
     ax.axis("off")
     inside, bounce = path == NVLINK_PATH, path == BOUNCE_PATH
     for node, left in enumerate(NODE_LEFT):
@@ -72,18 +72,32 @@ def draw_interconnect(path: str = NVLINK_PATH):
             centre, first = x + GPU_W / 2, gpu == 0
             ends = (node == 0 and gpu in (0, 5)) if inside else first
             _box(ax, x, 3.75, GPU_W, 0.8, f"GPU {gpu}", "#e8f5e9", ends)
-            _box(ax, x, 2.88, GPU_W, 0.34, "PCIe sw", "#eceff1", first and not inside, fontsize=5.5)
-            _box(ax, x, 1.75, GPU_W, 0.5, f"NIC {gpu}", "#ede7f6", first and not inside, fontsize=6)
+            _box(ax, x, 2.88, GPU_W, 0.34, "PCIe", "#eceff1", first and not inside, fontsize=7)
+            _box(ax, x, 1.75, GPU_W, 0.5, f"NIC {gpu}", "#ede7f6", first and not inside, fontsize=7.5)
             _wire(ax, [(centre, 4.55), (centre, 5.1)], inside and ends)
             _wire(ax, [(centre, 3.75), (centre, 3.22)], first and not inside)
             _wire(ax, [(centre, 2.88), (centre, 2.25)], first and not inside)
-        ax.text(left + 0.7, 2.5, f"PCIe Gen5 x16\n{pcie.bandwidth / 1e9:.0f} GB/s", ha="center", va="top", fontsize=6.5)
+        ax.text(left + GPU_X0 + 7 * GPU_STEP + GPU_W, 1.5, f"PCIe Gen5 x16: {pcie.bandwidth / 1e9:.0f} GB/s each way",
+                ha="right", va="center", fontsize=8)
+        if bounce:  # the copies through host memory, numbered in the order they happen
+            gpu, host_top, host_bottom, nic = (left + GPU_X0, 4.15), (left + 0.7, 3.4), (left + 0.7, 2.7), \
+                (left + GPU_X0, 2.0)
+            hops = ((gpu, host_top, "1"), (host_bottom, nic, "2")) if node == 0 else \
+                ((nic, host_bottom, "3"), (host_top, gpu, "4"))
+            for start, end, number in hops:
+                ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "color": HIGHLIGHT, "lw": 2,
+                                                                   "connectionstyle": "arc3,rad=0.3"})
+                ax.text((start[0] + end[0]) / 2 - 0.3, (start[1] + end[1]) / 2, number, fontsize=10,
+                        weight="bold", color=HIGHLIGHT, ha="center", va="center")
     _box(ax, 9.95, 0.75, 1.2, 0.6, "InfiniBand\nswitch", "#f3e5f5", not inside)
     for left in NODE_LEFT:
         nic = left + GPU_X0 + GPU_W / 2
         _wire(ax, [(nic, 1.75), (nic, 1.05), (9.95 if left == 0 else 11.15, 1.05)], not inside)
     ax.text(10.55, 0.45, f"InfiniBand NDR 400 Gb/s: {network.bandwidth / 1e9:.0f} GB/s per NIC", ha="center",
-            fontsize=7.5, color=HIGHLIGHT if not inside else "#616161")
+            fontsize=9, color=HIGHLIGHT if not inside else "#616161")
+    if bounce:
+        ax.text(10.55, 0.05, "1 GPU to host memory, 2 the NIC reads it, 3 the other NIC writes host memory, "
+                "4 host memory to GPU", ha="center", fontsize=8.5, color=HIGHLIGHT)
     fig.suptitle(f"Two 8-GPU nodes: {path}", fontsize=11)
     return fig
 
@@ -92,7 +106,7 @@ class InterconnectPicture(w.VBox):
     """A path chooser, a message-size slider, the picture and the message's modelled time."""
 
     def __init__(self, path: str = NVLINK_PATH, message_mib: float = 64) -> None:
-        self.path = w.ToggleButtons(options=PATHS, value=path, style={"button_width": "250px"})
+        self.path = w.ToggleButtons(options=PATHS, value=path, style={"button_width": "230px"})
         self.size_mib = w.SelectionSlider(options=[2.0**k for k in range(-10, 11)], value=float(message_mib),
                                           description="message (MiB)", continuous_update=False,
                                           layout=w.Layout(width="520px"), style={"description_width": "8em"})
