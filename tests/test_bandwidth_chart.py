@@ -22,6 +22,7 @@ def test_one_curve_per_collective_with_its_factor():
     assert names == ["all_reduce (busbw = algbw x 1.5)", "broadcast (busbw = algbw x 1)"]
     assert list(figure.data[0].x) == [1024, 4096] and list(figure.data[0].y) == [1.5 * 1024 / 1e6, 1.5 * 4096 / 1e6]
     assert figure.layout.xaxis.type == "log" and "GB/s" in figure.layout.yaxis.title.text
+    assert list(figure.layout.xaxis.ticktext) == ["1 KiB", "4 KiB"]  # binary units at the powers of 4 measured
     assert figure.layout.shapes  # the peak line
     with pytest.raises(ValueError, match="choose one of"):
         bandwidth_figure(_result(), "goodput")

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from course_lib.collectives.bench import BenchResult
 from course_lib.perf.bus_bandwidth import COLLECTIVES, bus_factor
 from course_lib.perf.hardware import match_gpu
+from course_lib.perf.units import format_bytes
 from course_lib.widgets.plotly_pane import PlotlyPane
 
 METRICS = {"busbw": "bus bandwidth (GB/s)", "algbw": "algorithm bandwidth (GB/s)", "time_us": "time (µs)"}
@@ -44,9 +45,13 @@ def bandwidth_figure(result: BenchResult, metric: str = "busbw", peak_gbps: floa
                           "busbw %{customdata[2]:.3f} GB/s<extra></extra>"))
     if peak_gbps is not None and metric != "time_us":
         figure.add_hline(y=peak_gbps, line_dash="dash", line_color="grey", annotation_text=f"peak {peak_gbps:g} GB/s")
+    sizes = sorted({row.size for row in result.rows})
+    ticks = [4**k for k in range(20) if sizes and sizes[0] <= 4**k <= sizes[-1]]  # 1 B, 4 B, ... 1 KiB, 4 KiB ...
     figure.update_layout(
         title=title or f"{result.world_size} ranks, backend {result.backend}, {result.dtype} ({result.device})",
-        xaxis={"type": "log", "title": "message size (bytes)"},
+        xaxis={"type": "log", "title": "message size", "tickvals": ticks,
+               "ticktext": [format_bytes(tick).replace(".0 ", " ") for tick in ticks]},
+        margin={"t": 60},
         yaxis={"type": "log" if metric == "time_us" else "linear", "title": METRICS[metric], "rangemode": "tozero"},
         height=430, legend={"orientation": "h", "y": -0.25})
     return figure
