@@ -72,11 +72,16 @@ def lab(tmp_path_factory):
     shutil.copytree(REPO_ROOT / "notebooks", root / "notebooks")
     port = _free_port()
     log = open(root / "lab.log", "w")
+    home = root / "home"  # quiz answers and the learner id land here, not in the tester's own home
+    home.mkdir()
+    news = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false"}')  # no "get notified about Jupyter news?" toast over the lessons
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
          f"--IdentityProvider.token={TOKEN}", f"--notebook-dir={root}", "--allow-root",
          f"--LabApp.workspaces_dir={root / 'workspaces'}", f"--LabApp.user_settings_dir={root / 'settings'}"],
-        stdout=log, stderr=subprocess.STDOUT)
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HOME": str(home)})
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
