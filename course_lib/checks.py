@@ -9,11 +9,17 @@ def require_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}; pass a value above 0.")
 
 
+def require_count(name: str, value: int) -> None:
+    """Raise ValueError unless ``value`` is an int (not a bool) of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
+
+
 def require_fraction(name: str, value: float) -> None:
-    """Raise ValueError unless ``0 < value <= 1``."""
+    """Raise ValueError unless ``0 < value <= 1`` (a share of something: memory, a peak)."""
     require_positive(name, value)
     if value > 1:
-        raise ValueError(f"{name} is a fraction of memory and must be at most 1, got {value!r}.")
+        raise ValueError(f"{name} is a fraction and must be at most 1 (1 means all of it), got {value!r}.")
 
 
 def require_probability(name: str, value: float) -> None:

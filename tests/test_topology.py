@@ -1,10 +1,13 @@
-"""Flat ring vs hierarchical all-reduce on a cluster: bytes crossing nodes and alpha-beta time."""
+"""The single ring, NCCL's rings, hierarchical and tree all-reduce on a cluster: bytes crossing
+nodes (per rank and per NIC) and alpha-beta time."""
 
 import pytest
 
-from course_lib.perf.interconnect import INFINIBAND_NDR, NVLINK_4, get_link
+from course_lib.perf.interconnect import INFINIBAND_HDR, INFINIBAND_NDR, NVLINK_4, Link, get_link
 from course_lib.perf.topology import (
+    ALL_REDUCES,
     Cluster,
+    all_reduce_time,
     cluster_of,
     compare_all_reduce,
     flat_ring_crossing,
@@ -12,6 +15,9 @@ from course_lib.perf.topology import (
     h100_cluster,
     hierarchical_crossing,
     hierarchical_time,
+    nccl_ring_crossing,
+    nccl_ring_time,
+    tree_time,
 )
 from course_lib.perf.units import GiB, MiB
 
@@ -41,11 +47,67 @@ def test_the_busiest_nic_carries_n_minus_1_over_m_minus_1_times_less(nodes, per_
     assert hierarchical.total < flat.total
 
 
-def test_one_node_crosses_nothing_and_both_schemes_cost_the_same():
+def test_one_node_crosses_nothing_and_every_scheme_costs_the_same():
     cluster = h100_cluster(1, 8)
     assert flat_ring_crossing(cluster, GiB).total == hierarchical_crossing(cluster, GiB).total == 0
+    assert nccl_ring_crossing(cluster, GiB).total == 0
     for size in (0, 4096, GiB):
-        assert hierarchical_time(cluster, size).total_s == pytest.approx(flat_ring_time(cluster, size))
+        for algorithm in ALL_REDUCES:
+            assert all_reduce_time(cluster, size, algorithm) == pytest.approx(flat_ring_time(cluster, size))
+
+
+def test_nccl_rings_cross_as_much_as_the_single_ring_spread_over_every_nic():
+    cluster = h100_cluster(2, 4)
+    rings, single = nccl_ring_crossing(cluster, 4 * MiB), flat_ring_crossing(cluster, 4 * MiB)
+    assert rings.per_rank == (7 * MiB / 4,) * 8 and rings.total == single.total == 14 * MiB
+    assert single.per_nic == single.per_rank and single.busiest_nic == 4 * rings.busiest_nic
+    two_nics = h100_cluster(2, 4, nics_per_node=2)  # NIC j of a node serves local ranks 2j, 2j + 1
+    rings = nccl_ring_crossing(two_nics, 4 * MiB)
+    assert rings.per_rank == (7 * MiB / 2, 0) * 4 and rings.per_nic == (7 * MiB / 2,) * 4
+    assert flat_ring_crossing(two_nics, 4 * MiB).per_nic == (0, 7 * MiB) * 2
+    assert hierarchical_crossing(two_nics, 4 * MiB).per_nic == (2 * MiB,) * 4  # two shards per NIC
+
+
+@pytest.mark.parametrize("nodes, per_node", [(2, 8), (4, 8), (64, 8), (3, 2)])
+def test_nccl_rings_put_n_minus_1_over_m_minus_1_times_l_more_bytes_per_nic_than_hierarchical(nodes, per_node):
+    cluster = h100_cluster(nodes, per_node)
+    rings, hierarchical = nccl_ring_crossing(cluster, GiB), hierarchical_crossing(cluster, GiB)
+    n = nodes * per_node
+    assert rings.busiest_nic / hierarchical.busiest_nic == pytest.approx((n - 1) / ((nodes - 1) * per_node))
+    assert set(rings.per_nic) == {rings.busiest_nic}  # even over every NIC
+
+
+def test_nccl_rings_by_hand():
+    cluster = h100_cluster(2, 8)  # 8 NICs per node: 400 GB/s, a little below NVLink's 450
+    assert nccl_ring_time(cluster, GiB) == pytest.approx(30 * 5e-6 + 2 * 15 / 16 * GiB / (8 * IB))  # 5.18 ms
+    assert nccl_ring_time(h100_cluster(2, 8, nics_per_node=1), GiB) == pytest.approx(flat_ring_time(cluster, GiB))
+    fast_nics = Cluster(2, 8, get_link(NVLINK_4), Link("800 Gb/s NIC", 5e-6, 100e9))  # 8 x 100 GB/s > NVLink
+    assert nccl_ring_time(fast_nics, GiB) == pytest.approx(30 * 5e-6 + 2 * 15 / 16 * GiB / NV)
+    two_nics = h100_cluster(2, 8, nics_per_node=2)
+    assert nccl_ring_time(two_nics, MiB) == pytest.approx(30 * 5e-6 + 2 * 15 / 16 * MiB / (2 * IB))
+
+
+def test_hierarchical_puts_l_over_r_shards_through_each_nic():
+    for nics in (8, 4, 1):
+        phases = hierarchical_time(h100_cluster(2, 8, nics), GiB)
+        assert phases.across_nodes_s == pytest.approx(2 * 5e-6 + GiB / nics / IB)
+        assert phases.reduce_scatter_s == phases.all_gather_s == pytest.approx(7 * 1e-6 + 7 / 8 * GiB / NV)
+
+
+def test_tree_by_hand():
+    cluster = h100_cluster(64, 8)  # 2 x 7 NVLink hops along the chain, 2 x 6 levels of the tree over 64 nodes
+    assert tree_time(cluster, 25 * MiB) == pytest.approx(14 * 1e-6 + 12 * 5e-6 + 2 * 25 * MiB / (8 * IB))
+    assert tree_time(h100_cluster(3, 8, 1), MiB) == pytest.approx(14 * 1e-6 + 2 * 5e-6 + 2 * MiB / IB)
+    assert tree_time(cluster, 0) < nccl_ring_time(cluster, 0) / 50  # 74 us against 2 x 511 hops
+
+
+def test_the_nccl_tests_run_on_200_gbps_nics_lies_between_the_models():
+    # nccl-tests, 2 nodes x 8 H100 with 8 x 200 Gb/s NICs: all_reduce of 1 GiB in 6.76 ms
+    cluster = Cluster(2, 8, get_link(NVLINK_4), get_link(INFINIBAND_HDR))
+    phases = hierarchical_time(cluster, GiB)
+    pipelined = max(phases.reduce_scatter_s, phases.across_nodes_s, phases.all_gather_s)
+    assert pipelined < 6.76e-3 < phases.total_s < nccl_ring_time(cluster, GiB)
+    assert flat_ring_time(cluster, GiB) > 10 * 6.76e-3  # one ring through one NIC: far too slow
 
 
 def test_times_on_two_h100_nodes_by_hand():
@@ -55,16 +117,23 @@ def test_times_on_two_h100_nodes_by_hand():
     assert phases.reduce_scatter_s == phases.all_gather_s == pytest.approx(7 * 1e-6 + 7 / 8 * GiB / NV)
     assert phases.across_nodes_s == pytest.approx(2 * 5e-6 + GiB / 8 / IB)  # a ring of 2 on a 128 MiB shard
     assert phases.total_s == pytest.approx(6.884e-3, rel=1e-3)
-    small = compare_all_reduce(MiB)
+    small, large = compare_all_reduce(MiB), compare_all_reduce(GiB)
     assert small.flat_s == pytest.approx(150e-6 + 2 * 15 / 16 * MiB / IB)
-    assert compare_all_reduce(GiB).speedup > 5 and small.speedup > 5
+    assert large.speedup > 5 and small.speedup > 5  # against the single ring
+    # against NCCL's rings the hierarchical scheme wins small messages (2 network hops, not 30) only
+    assert small.nccl_ring_s > 4 * small.hierarchical.total_s and large.nccl_ring_s < large.hierarchical.total_s
+    assert large.nccl_ring_s == nccl_ring_time(large.cluster, GiB) and large.tree_s == tree_time(large.cluster, GiB)
+    assert large.nccl_ring_crossing == nccl_ring_crossing(large.cluster, GiB)
+    one_nic = compare_all_reduce(GiB, nics_per_node=1)
+    assert one_nic.nccl_ring_s == pytest.approx(one_nic.flat_s)  # one NIC: one ring's bandwidth again
+    assert one_nic.hierarchical.across_nodes_s == pytest.approx(2 * 5e-6 + GiB / IB)
 
 
 def test_larger_messages_never_take_less_time():
     cluster = h100_cluster(4, 8)
     sizes = [0, 1, 4096, MiB, 64 * MiB, GiB]
-    for time in (lambda k: flat_ring_time(cluster, k), lambda k: hierarchical_time(cluster, k).total_s):
-        times = [time(k) for k in sizes]
+    for algorithm in ALL_REDUCES:
+        times = [all_reduce_time(cluster, k, algorithm) for k in sizes]
         assert times == sorted(times)
 
 
@@ -72,6 +141,8 @@ def test_cluster_of_fills_whole_nodes():
     assert cluster_of(4) == h100_cluster(1, 4)
     assert cluster_of(16) == h100_cluster(2, 8)
     assert cluster_of(16).ring_link.name == INFINIBAND_NDR and cluster_of(8).ring_link.name == NVLINK_4
+    assert cluster_of(16, nics_per_node=2) == h100_cluster(2, 8, 2) and cluster_of(16).nics_per_node == 8
+    assert cluster_of(4, nics_per_node=1).nics_per_node == 4  # one node: nothing crosses a NIC
     with pytest.raises(ValueError, match="multiple of 8"):
         cluster_of(12)
 
@@ -80,12 +151,18 @@ def test_cluster_of_fills_whole_nodes():
     ((0, 8, get_link(NVLINK_4), get_link(INFINIBAND_NDR)), "nodes must be a whole number"),
     ((2, 2.5, get_link(NVLINK_4), get_link(INFINIBAND_NDR)), "gpus_per_node must be a whole number"),
     ((2, 8, "nvlink", get_link(INFINIBAND_NDR)), "in_node must be a Link"),
+    ((2, 8, get_link(NVLINK_4), get_link(INFINIBAND_NDR), 0), "nics_per_node must be a whole number"),
+    ((2, 8, get_link(NVLINK_4), get_link(INFINIBAND_NDR), True), "nics_per_node must be a whole number"),
+    ((2, 8, get_link(NVLINK_4), get_link(INFINIBAND_NDR), 3), r"nics_per_node \(3\) must divide gpus_per_node"),
 ])
 def test_bad_clusters_say_what_to_change(args, message):
     with pytest.raises((ValueError, TypeError), match=message):
         Cluster(*args)
 
 
-def test_negative_bytes_are_refused():
-    with pytest.raises(ValueError, match="num_bytes must be 0 or more"):
-        flat_ring_crossing(h100_cluster(2, 8), -1)
+def test_negative_bytes_and_unknown_algorithms_are_refused():
+    for call in (flat_ring_crossing, nccl_ring_crossing, nccl_ring_time, tree_time):
+        with pytest.raises(ValueError, match="num_bytes must be 0 or more"):
+            call(h100_cluster(2, 8), -1)
+    with pytest.raises(ValueError, match="all_reduce must be one of"):
+        all_reduce_time(h100_cluster(2, 8), MiB, "ring")

@@ -4,16 +4,19 @@ Compare t_comm (alpha-beta over the link that paces the collective) with t_compu
 peak x efficiency, or bytes over HBM bandwidth when that is slower). Whether communication
 can hide behind compute, or adds to it, depends on where it sits in the step:
 
-  DDP training    gradients (2 bytes per parameter, bf16) are ring all-reduced in buckets while
-                  backward runs. Only the backward pass can hide them (see ``DDPStep``).
+  DDP training    gradients are all-reduced in buckets while backward runs, 2 bytes per
+                  parameter by default (bf16 gradients: a bf16 model, or DDP's
+                  bf16_compress_hook; plain DDP under autocast all-reduces fp32 gradients, pass
+                  ``grad_bytes_per_param=4``). Only backward can hide them (see ``DDPStep``).
   tensor parallel two all-reduces per layer (after attention, after the MLP) of tokens x hidden
                   x 2 bytes. The next matmul needs the sum, so they add to the step time.
   pipeline        activations (tokens x hidden x 2 bytes) cross each stage boundary once per
-                  pass; a single batch leaves every stage but one idle at any time.
+                  micro-batch; micro-batches keep every stage busy.
 
-A ring over GPUs of one node runs on NVLink; one that spans nodes is paced by InfiniBand at
-every step (``course_lib.perf.topology``). H100 nodes of 8: NVLink 4 inside, InfiniBand NDR
-(one 400 Gb/s NIC per GPU) between.
+All-reduces are NCCL's rings by default (``course_lib.perf.topology``): inside one node they run
+on NVLink; across nodes every step pays an InfiniBand hop's latency, and the bytes go through
+all of a node's NICs (``nics_per_node``, one per GPU by default). H100 nodes of 8: NVLink 4
+inside (450 GB/s each way), InfiniBand NDR between (400 Gb/s = 50 GB/s per NIC).
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from course_lib.checks import require_positive
+from course_lib.checks import require_count, require_fraction, require_positive
 from course_lib.perf.hardware import get_gpu, tensor_parallel_group
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.roofline import Efficiency, step_cost
-from course_lib.perf.topology import Cluster, cluster_of, flat_ring_time, hierarchical_time
+from course_lib.perf.topology import ALL_REDUCES, Cluster, all_reduce_time, cluster_of, h100_cluster
 from course_lib.perf.units import MiB
 
 DDP_BUCKET_BYTES = 25 * MiB
@@ -33,18 +36,8 @@ DDP_BUCKET_BYTES = 25 * MiB
 
 DDP_GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512)
 BF16_BYTES = 2
-TP_ALL_REDUCES = ("flat ring", "hierarchical")
-
-
-def _require_count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
-
-
-def _require_share(name: str, value: float) -> None:
-    require_positive(name, value)
-    if value > 1:
-        raise ValueError(f"{name} is a share of the GPU's peak and must be at most 1, got {value!r}.")
+TP_ALL_REDUCES = ALL_REDUCES
+"""The all-reduces a TP group (or DDP's gradients) can use, NCCL's rings first."""
 
 
 @dataclass(frozen=True)
@@ -59,13 +52,15 @@ class DDPStep:
     """
 
     num_gpus: int
-    link: str  # the link that paces the gradient ring
+    link: str  # the link whose hop paces each step of the all-reduce: NVLink in a node, else InfiniBand
     tokens_per_gpu: int
     compute_s: float
-    comm_s: float  # every bucket's ring all-reduce, one after another
-    latency_s: float  # comm_s's alpha part: buckets x 2(N-1) alpha
+    comm_s: float  # every bucket's all-reduce, one after another
+    latency_s: float  # comm_s's alpha part: buckets x one all-reduce of 0 bytes (rings: 2(N-1) alpha)
     num_buckets: int
     one_node_step_s: float  # the same step on one full node: the reference for scaling
+    all_reduce: str  # one of ALL_REDUCES
+    grad_bytes: float  # all-reduced per step: parameters x grad_bytes_per_param
 
     @property
     def backward_s(self) -> float:
@@ -99,54 +94,72 @@ def _overlapped_step_s(compute_s: float, comm_s: float) -> float:
     return compute_s / 3 + max(compute_s * 2 / 3, comm_s)
 
 
-def _gradient_all_reduce(cluster: Cluster, grad_bytes: float, bucket_bytes: float) -> tuple[float, float, int]:
-    """(seconds, alpha part, buckets) for all-reducing ``grad_bytes`` in buckets, one ring each."""
+def _gradient_all_reduce(cluster: Cluster, grad_bytes: float, bucket_bytes: float,
+                         all_reduce: str) -> tuple[float, float, int]:
+    """(seconds, alpha part, buckets) for all-reducing ``grad_bytes`` in buckets, one all-reduce each."""
     buckets = math.ceil(grad_bytes / bucket_bytes)
     last = grad_bytes - (buckets - 1) * bucket_bytes
-    total = (buckets - 1) * flat_ring_time(cluster, bucket_bytes) + flat_ring_time(cluster, last)
-    return total, buckets * flat_ring_time(cluster, 0), buckets
+    total = ((buckets - 1) * all_reduce_time(cluster, bucket_bytes, all_reduce)
+             + all_reduce_time(cluster, last, all_reduce))
+    return total, buckets * all_reduce_time(cluster, 0, all_reduce), buckets
 
 
 def ddp_step(num_gpus: int, model: str = "Llama-3.2-1B", gpu: str = "H100-80GB", tokens_per_gpu: int = 4096,
              compute_efficiency: float = 0.5, bucket_bytes: float = DDP_BUCKET_BYTES,
-             gpus_per_node: int = 8) -> DDPStep:
-    """One DDP step of ``model`` on ``num_gpus`` GPUs (one partly filled node, or whole nodes).
+             gpus_per_node: int = 8, nics_per_node: int | None = None, grad_bytes_per_param: float = BF16_BYTES,
+             all_reduce: str = "nccl rings") -> DDPStep:
+    """One DDP step of ``model`` on ``num_gpus`` GPUs (one partly filled node, or whole nodes
+    with ``nics_per_node`` NDR NICs each, one per GPU by default).
 
-    The default model is small enough for plain DDP (weights, gradients and Adam states, 16
-    bytes per parameter, fit on every GPU). The ratio comm/compute barely depends on the model:
-    both grow with the parameter count; it is set by tokens per GPU, bucket count and link.
+    The default model is small enough for plain DDP: with mixed-precision Adam every GPU holds
+    bf16 weights and gradients, fp32 master weights and two fp32 Adam moments, 2 + 2 + 4 + 4 + 4
+    = 16 bytes per parameter. The gradients all-reduced are ``grad_bytes_per_param`` bytes per
+    parameter: 2 for bf16 gradients (a bf16 model, or DDP's bf16_compress_hook); plain DDP of an
+    fp32 model under autocast all-reduces fp32 gradients, 4. ``all_reduce`` is NCCL's rings by
+    default, or another of ``ALL_REDUCES`` ("tree": NCCL's trees across nodes). The ratio
+    comm/compute barely depends on the model (both grow with the parameter count); it is set
+    by tokens per GPU, bucket count, link and algorithm.
     """
-    _require_count("tokens_per_gpu", tokens_per_gpu)
-    _require_share("compute_efficiency", compute_efficiency)
+    require_count("tokens_per_gpu", tokens_per_gpu)
+    require_fraction("compute_efficiency", compute_efficiency)
     require_positive("bucket_bytes", bucket_bytes)
+    require_positive("grad_bytes_per_param", grad_bytes_per_param)
     spec, chip = get_model(model), get_gpu(gpu)
     compute_s = 6 * spec.active_params * tokens_per_gpu / (chip.bf16_flops * compute_efficiency)
-    grad_bytes = BF16_BYTES * spec.num_params
-    cluster = cluster_of(num_gpus, gpus_per_node)
-    comm_s, latency_s, buckets = _gradient_all_reduce(cluster, grad_bytes, bucket_bytes)
-    one_node_comm_s, _, _ = _gradient_all_reduce(cluster_of(gpus_per_node, gpus_per_node), grad_bytes, bucket_bytes)
+    grad_bytes = grad_bytes_per_param * spec.num_params
+    cluster = cluster_of(num_gpus, gpus_per_node, nics_per_node)
+    comm_s, latency_s, buckets = _gradient_all_reduce(cluster, grad_bytes, bucket_bytes, all_reduce)
+    one_node_comm_s, _, _ = _gradient_all_reduce(cluster_of(gpus_per_node, gpus_per_node), grad_bytes,
+                                                 bucket_bytes, all_reduce)
     return DDPStep(num_gpus, cluster.ring_link.name, tokens_per_gpu, compute_s, comm_s, latency_s, buckets,
-                   _overlapped_step_s(compute_s, one_node_comm_s))
+                   _overlapped_step_s(compute_s, one_node_comm_s), all_reduce, grad_bytes)
 
 
 def ddp_sweep(gpu_counts: tuple[int, ...] = DDP_GPU_COUNTS, **kwargs) -> list[DDPStep]:
     """``ddp_step`` at each GPU count (same keyword arguments), for the "throughput per GPU
-    collapses from 8 to 512 GPUs" diagnosis: from 8 to 16 the ring leaves NVLink for InfiniBand
-    (9x less bandwidth per GPU); beyond, its 2(N-1) alpha per bucket grows linearly with N.
-    That latency term is the flat ring's: at this scale NCCL turns to trees (log N hops)."""
+    collapses from 8 to 512 GPUs" diagnosis. With NCCL's rings on rail-optimised nodes (a NIC
+    per GPU) the bandwidth hardly drops at the node boundary: 8 NICs x 50 GB/s = 400 GB/s
+    against NVLink's 450 GB/s each way. The collapse comes from the rings' 2(N-1) InfiniBand
+    alphas per bucket, which grow with N: the reason NCCL turns to trees (log M network hops)
+    at scale, ``all_reduce="tree"``. With one NIC per node (``nics_per_node=1``) the bandwidth
+    collapses at the boundary instead, 50 GB/s against 450."""
     return [ddp_step(n, **kwargs) for n in gpu_counts]
 
 
-def _requests(phase: str, num_tokens: int, context_tokens: int) -> list[tuple[int, int]]:
-    """Decode: ``num_tokens`` sequences of one new token each; prefill: one chunk of
-    ``num_tokens``. Either way after ``context_tokens`` already in the KV cache."""
-    _require_count("num_tokens", num_tokens)
+def _requests(phase: str, num_tokens: int, context_tokens: int, prompt_tokens: int) -> list[tuple[int, int]]:
+    """Decode: ``num_tokens`` sequences of one new token each; prefill: ``num_tokens`` new tokens
+    as prompts of ``prompt_tokens`` each. Either way after ``context_tokens`` already cached."""
+    require_count("num_tokens", num_tokens)
     if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 0:
         raise ValueError(f"context_tokens must be a whole number, 0 or more, got {context_tokens!r}.")
     if phase == "decode":
         return [(context_tokens, 1)] * num_tokens
     if phase == "prefill":
-        return [(context_tokens, num_tokens)]
+        require_count("prompt_tokens", prompt_tokens)
+        if num_tokens % prompt_tokens:
+            raise ValueError(f"a prefill batch of {num_tokens} tokens does not split into prompts of "
+                             f"{prompt_tokens}: use a multiple of prompt_tokens.")
+        return [(context_tokens, prompt_tokens)] * (num_tokens // prompt_tokens)
     raise ValueError(f"phase must be 'decode' or 'prefill', got {phase!r}.")
 
 
@@ -165,15 +178,12 @@ def _compute_s(spec: ModelSpec, gpu: str, tp: int, requests: list[tuple[int, int
     return max(cost.compute_s, cost.memory_s)
 
 
-def _tp_all_reduce_s(spec: ModelSpec, tp: int, num_tokens: int, gpus_per_node: int, all_reduce: str) -> float:
-    """One all-reduce of the activations (tokens x hidden, bf16) over a TP group of ``tp`` GPUs,
-    by a flat ring or hierarchically (the two agree inside one node)."""
-    cluster, num_bytes = cluster_of(tp, gpus_per_node), num_tokens * spec.hidden_size * BF16_BYTES
-    if all_reduce == "flat ring":
-        return flat_ring_time(cluster, num_bytes)
-    if all_reduce == "hierarchical":
-        return hierarchical_time(cluster, num_bytes).total_s
-    raise ValueError(f"all_reduce must be one of {TP_ALL_REDUCES}, got {all_reduce!r}.")
+def _tp_all_reduce_s(spec: ModelSpec, tp: int, num_tokens: int, gpus_per_node: int, nics_per_node: int | None,
+                     all_reduce: str) -> float:
+    """One all-reduce of the activations (tokens x hidden, bf16) over a TP group of ``tp`` GPUs
+    by one of ``ALL_REDUCES`` (all of them NVLink rings inside one node)."""
+    num_bytes = num_tokens * spec.hidden_size * BF16_BYTES
+    return all_reduce_time(cluster_of(tp, gpus_per_node, nics_per_node), num_bytes, all_reduce)
 
 
 @dataclass(frozen=True)
@@ -198,25 +208,31 @@ class TPLayer:
 
 def tp_layer(tp: int, num_tokens: int, phase: str = "decode", context_tokens: int = 1024,
              model: str = "Llama-3.1-70B", gpu: str = "H100-80GB", gpus_per_node: int = 8,
-             efficiency: Efficiency = Efficiency(), all_reduce: str = "flat ring") -> TPLayer:
+             efficiency: Efficiency = Efficiency(), all_reduce: str = "nccl rings",
+             nics_per_node: int | None = None) -> TPLayer:
     """A layer's compute (the roofline of ``course_lib.perf.roofline``: FLOPs or weight and KV
     bytes, whichever is slower, divided over the layers) and its two all-reduces, for a TP group
-    inside one node (NVLink) or spanning whole nodes (paced by InfiniBand)."""
+    inside one node (NVLink) or spanning whole nodes (every step paced by an InfiniBand hop).
+    Decode: ``num_tokens`` sequences; prefill: one prompt of ``num_tokens``."""
     spec = get_model(model)
-    compute_s = _compute_s(spec, gpu, tp, _requests(phase, num_tokens, context_tokens), efficiency) / spec.num_layers
+    requests = _requests(phase, num_tokens, context_tokens, num_tokens)
+    compute_s = _compute_s(spec, gpu, tp, requests, efficiency) / spec.num_layers
     return TPLayer(tp, num_tokens, cluster_of(tp, gpus_per_node).ring_link.name, compute_s,
-                   2 * _tp_all_reduce_s(spec, tp, num_tokens, gpus_per_node, all_reduce))
+                   2 * _tp_all_reduce_s(spec, tp, num_tokens, gpus_per_node, nics_per_node, all_reduce))
 
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """One placement of the model (TP x PP, times DP replicas) and one batch's pass through it.
+    """One placement of the model (TP x PP, times DP replicas) serving ``total_tokens`` at once,
+    split into ``batches_in_flight`` = pp x dp equal batches of ``num_tokens``: one per replica,
+    pp micro-batches per pipeline.
 
     ``latency_s`` is what one batch waits: every stage in turn, with its TP all-reduces and
     the activation sends between stages (the sampled token ids that return to the first stage, a
-    few bytes, are left out). With a single batch in flight each stage works 1/pp of
-    the time (``busy_share_one_batch``); ``tokens_per_s`` assumes pp x dp batches in flight
-    (micro-batches filling the pipeline, one per replica), every GPU busy.
+    few bytes, are left out); for decode it is the inter-token latency. In steady state the pp
+    micro-batches take turns on the stages, so every GPU is busy and each batch moves on once
+    per ``latency_s``: ``tokens_per_s`` = total_tokens / latency_s. (With a single batch in flight
+    each stage would work 1/pp of the time, ``busy_share_one_batch``.)
     """
 
     name: str
@@ -240,8 +256,13 @@ class ParallelLayout:
         return self.pp * self.dp
 
     @property
+    def total_tokens(self) -> int:
+        """Tokens (decode: sequences) the layout serves at once, the same for every layout compared."""
+        return self.batches_in_flight * self.num_tokens
+
+    @property
     def tokens_per_s(self) -> float:
-        return self.batches_in_flight * self.num_tokens / self.latency_s
+        return self.total_tokens / self.latency_s
 
     @property
     def busy_share_one_batch(self) -> float:
@@ -254,45 +275,60 @@ def _layout_name(tp: int, pp: int, dp: int) -> str:
     return " x ".join(parts) or "TP=1"
 
 
-def parallel_layout(tp: int, pp: int = 1, dp: int = 1, phase: str = "decode", num_tokens: int = 64,
+def parallel_layout(tp: int, pp: int = 1, dp: int = 1, phase: str = "decode", num_tokens: int = 128,
                     context_tokens: int = 1024, model: str = "Llama-3.1-70B", gpu: str = "H100-80GB",
                     gpus_per_node: int = 8, efficiency: Efficiency = Efficiency(),
-                    all_reduce: str = "flat ring") -> ParallelLayout:
-    """One batch of ``num_tokens`` through ``model`` laid out as TP x PP (x DP replicas) on H100
-    nodes. Stage s holds layers [s L/pp, (s+1) L/pp) on GPUs [s tp, (s+1) tp) of its replica."""
+                    all_reduce: str = "nccl rings", nics_per_node: int | None = None,
+                    prompt_tokens: int = 2048) -> ParallelLayout:
+    """``model`` laid out as TP x PP (x DP replicas) on H100 nodes, serving ``num_tokens`` in
+    total (decode: sequences, each with ``context_tokens`` cached; prefill: prompts of
+    ``prompt_tokens``), split into pp x dp equal batches. Stage s holds layers [s L/pp,
+    (s+1) L/pp) on GPUs [s tp, (s+1) tp) of its replica. Between stages each TP rank sends the
+    whole activations to its peer, all at once, through its NIC (ranks that share a NIC, when a
+    node has fewer than one per GPU, send one after another)."""
     for name, value in (("tp", tp), ("pp", pp), ("dp", dp)):
-        _require_count(name, value)
+        require_count(name, value)
     spec, chip = get_model(model), get_gpu(gpu)
     if spec.num_layers % pp:
         raise ValueError(f"pp={pp} must divide {spec.name}'s {spec.num_layers} layers into equal stages.")
     if spec.num_params * BF16_BYTES / (tp * pp) > chip.memory_bytes:
         raise ValueError(f"{spec.name}'s bf16 weights do not fit on {tp * pp} {chip.name}: raise tp x pp.")
+    require_count("num_tokens", num_tokens)
+    if num_tokens % (pp * dp):
+        raise ValueError(f"num_tokens={num_tokens} must split into pp x dp = {pp * dp} equal batches.")
+    batch = num_tokens // (pp * dp)
     stage = replace(spec, num_layers=spec.num_layers // pp, num_params=spec.num_params / pp)
-    requests = _requests(phase, num_tokens, context_tokens)
-    compute_s = pp * _compute_s(stage, gpu, tp, requests, efficiency)
-    tp_comm_s = 2 * spec.num_layers * _tp_all_reduce_s(spec, tp, num_tokens, gpus_per_node, all_reduce)
-    node = cluster_of(gpus_per_node, gpus_per_node)
+    compute_s = pp * _compute_s(stage, gpu, tp, _requests(phase, batch, context_tokens, prompt_tokens), efficiency)
+    tp_comm_s = 2 * spec.num_layers * _tp_all_reduce_s(spec, tp, batch, gpus_per_node, nics_per_node, all_reduce)
+    node = h100_cluster(1, gpus_per_node, nics_per_node)
     crosses = [s * tp // gpus_per_node != (s + 1) * tp // gpus_per_node for s in range(pp - 1)]
-    links = [node.across_nodes if crossing else node.in_node for crossing in crosses]
-    slowest = max(links, key=lambda link: link.beta).name if links else ""
-    activation_bytes = num_tokens * spec.hidden_size * BF16_BYTES
-    return ParallelLayout(_layout_name(tp, pp, dp), tp, pp, dp, phase, num_tokens,
-                          cluster_of(tp, gpus_per_node).ring_link.name, slowest,
-                          compute_s, tp_comm_s, sum(link.time(activation_bytes) for link in links))
+    activation_bytes = batch * spec.hidden_size * BF16_BYTES
+    sends = [node.across_nodes.time(activation_bytes * min(tp, node.gpus_per_nic)) if crossing
+             else node.in_node.time(activation_bytes) for crossing in crosses]
+    slowest = "" if not crosses else (node.across_nodes if any(crosses) else node.in_node).name
+    return ParallelLayout(_layout_name(tp, pp, dp), tp, pp, dp, phase, batch,
+                          cluster_of(tp, gpus_per_node).ring_link.name, slowest, compute_s, tp_comm_s, sum(sends))
 
 
-def two_node_layouts(decode_tokens: int = 64, prefill_tokens: int = 2048, context_tokens: int = 1024,
+def two_node_layouts(decode_tokens: int = 128, prefill_tokens: int = 4096, context_tokens: int = 1024,
                      model: str = "Llama-3.1-70B", gpu: str = "H100-80GB", gpus_per_node: int = 8,
-                     efficiency: Efficiency = Efficiency(), all_reduce: str = "flat ring") -> list[ParallelLayout]:
+                     efficiency: Efficiency = Efficiency(), all_reduce: str = "nccl rings",
+                     nics_per_node: int | None = None, prompt_tokens: int = 2048) -> list[ParallelLayout]:
     """The spot-the-bug: ``tensor_parallel_size=16`` across two nodes, against the fix (TP = GPUs
-    per node, PP = nodes) and two single-node TP replicas, for a decode step (sequences with
-    ``context_tokens`` cached) and a first prefill chunk.
+    per node, PP = nodes) and two single-node TP replicas (the simplest fix when the model fits
+    on a node), at equal concurrency: every layout serves ``decode_tokens`` sequences (with
+    ``context_tokens`` cached) in a decode step, and ``prefill_tokens`` of new prompts of
+    ``prompt_tokens`` each in a prefill step. TP=16 runs them as one batch, TP=8 x PP=2 as two
+    micro-batches of half, TP=8 x DP=2 as half per replica.
 
-    With the default flat ring, each of TP=16's 2 x layers all-reduces pays 2 x 15 InfiniBand
-    hops. ``all_reduce="hierarchical"`` shows how much of that a two-level all-reduce wins
-    back: on these presets TP=16's latency then comes close to TP=8 x PP=2's, or below it,
-    though it still serves one batch where the fix keeps two in flight."""
+    TP=16's 2 x layers all-reduces sit on the critical path and cross the network. With NCCL's
+    rings each pays 2 x 15 InfiniBand hops of latency, which dominates decode's small messages:
+    on the defaults the fix serves about 2.9x TP=16's tokens/s in decode and 1.5x in prefill.
+    ``all_reduce="hierarchical"`` or ``"tree"`` cut those hops to a few: TP=16 then comes within
+    a few percent of the fix in decode, and prefill's large all-reduces still cost it about
+    1.3-1.5x. So how much the bug costs in decode rests on the all-reduce's latency."""
     shapes = [(2 * gpus_per_node, 1, 1), (gpus_per_node, 2, 1), (gpus_per_node, 1, 2)]
-    return [parallel_layout(tp, pp, dp, phase, tokens, context, model, gpu, gpus_per_node, efficiency, all_reduce)
+    return [parallel_layout(tp, pp, dp, phase, tokens, context, model, gpu, gpus_per_node, efficiency, all_reduce,
+                            nics_per_node, prompt_tokens)
             for phase, tokens, context in (("decode", decode_tokens, context_tokens), ("prefill", prefill_tokens, 0))
             for tp, pp, dp in shapes]

@@ -1,98 +1,141 @@
-"""Flat ring vs hierarchical all-reduce on a cluster of nodes: bytes that cross nodes, and time.
+"""All-reduce on a cluster of nodes: bytes that cross nodes, and alpha-beta time, four ways.
 
-A cluster is M nodes of L GPUs (N = M x L), fast links inside a node (NVLink) and slower ones
-between nodes (InfiniBand), one NIC per GPU. Rank r sits on node r // L with local rank r % L,
-as ``course_lib.collectives.hierarchical`` lays out its real ranks.
+A cluster is M nodes of L GPUs (N = M x L) with R NICs per node: fast links inside a node
+(NVLink) and slower ones between nodes (InfiniBand, ``across_nodes`` is one NIC). A DGX/HGX H100
+node is rail-optimised, R = L = 8: one 400 Gb/s NIC per GPU. Rank r sits on node r // L with
+local rank r % L, as ``course_lib.collectives.hierarchical`` lays out its real ranks; a NIC
+serves L/R consecutive local ranks (NIC j of a node: local ranks [j L/R, (j+1) L/R)).
 
-An all-reduce of K bytes, two ways:
+An all-reduce of K bytes (alpha_n, beta_n: NVLink; alpha_x, beta_x: one NIC):
 
-  flat ring      one ring over all N ranks, r -> r + 1. Every rank sends 2(N-1)/N K, but only
-                 the last rank of each node sends to another node: M ranks (and M NICs) carry
-                 2(N-1)/N K across each, 2M(N-1)/N K in all; the other NICs stay idle. Each of
-                 the 2(N-1) steps waits for its slowest hop, a cross-node one when M > 1:
+  flat ring      the single ring: the whiteboard case, and what the course's hand-written ring
+                 does on real ranks. One ring over all N ranks, r -> r + 1. Every rank sends
+                 2(N-1)/N K, but only the last rank of each node sends to another node: M
+                 NICs carry 2(N-1)/N K across each, 2M(N-1)/N K in all, and the other NICs
+                 stay idle. Each of the 2(N-1) steps waits for its slowest hop, a cross-node
+                 one when M > 1:
                    time = 2(N-1) alpha_x + 2(N-1)/N K beta_x
+  NCCL rings     what NCCL runs instead: R rings (channels), each on K/R of the buffer, each
+                 crossing every node boundary through its own NIC. The same bytes cross as for
+                 the single ring, spread evenly over all M x R NICs. Per step each GPU sends the
+                 rings' chunks over NVLink together, while each NIC carries one ring's:
+                   time = 2(N-1) alpha_x + 2(N-1)/N K max(beta_n, beta_x / R)
   hierarchical   (1) reduce-scatter inside each node: each local rank ends with 1/L of its
-                 node's sum, (L-1) alpha_n + (L-1)/L K beta_n; (2) all-reduce of that K/L shard
-                 across the M nodes by L rings at once, one per local rank, each on its own NIC:
-                 2(M-1) alpha_x + 2(M-1)/M (K/L) beta_x; (3) all-gather inside the node, as (1).
-                 Every rank sends 2(M-1)/M K/L across: 2(M-1) K in all, spread over all N NICs.
+                 node's sum, (L-1) alpha_n + (L-1)/L K beta_n; (2) all-reduce of those shards
+                 across the M nodes, one ring per local rank, the L/R shards of a NIC's GPUs
+                 through that NIC: 2(M-1) alpha_x + 2(M-1)/M K/R beta_x; (3) all-gather inside
+                 the node, as (1). Every rank sends 2(M-1)/M K/L across: 2(M-1) K in all.
+  tree           NCCL's tree: a chain through the GPUs of each node and a double binary tree
+                 over the nodes, pipelined, R of them side by side. Its first chunk climbs
+                 (L-1) NVLink and floor(log2 M) network hops and comes back down; each node
+                 sends 2K through its R NICs (the double binary tree's volume: an interior
+                 node's, so an upper bound on few nodes; on 2 each sends K) and each GPU 2K
+                 along the chain:
+                   time = 2(L-1) alpha_n + 2 floor(log2 M) alpha_x + 2K max(beta_n, beta_x / R)
+                 NCCL uses trees only across nodes; on one node this is the NCCL rings' time.
 
-So the hierarchical scheme moves about L times fewer bytes through the busiest NIC and pays
-2(M-1) slow hops instead of 2(N-1). The byte counts here are exact, equal to what real ranks
-count, when the element count divides by N (the ring's chunks are then equal).
+Bytes through the busiest NIC: the single ring's is (N-1)/(M-1) x R/L times the hierarchical
+scheme's ((N-1)/(M-1) with a NIC per GPU); NCCL's rings send (N-1)/((M-1) L) times the
+hierarchical scheme's through every NIC (15/8 on 2 x 8). Latency: the rings pay 2(N-1)
+network-paced steps, the hierarchical scheme 2(M-1), the tree 2 log2 M (each plus NVLink
+hops). The byte counts are
+exact, equal to what real ranks count, when the element count divides by N.
 
-Caveat, the whiteboard version: NCCL does not run one flat ring. It builds several rings
-(channels) and routes them through different NICs, which spreads a flat all-reduce's
-cross-node traffic over all of a node's NICs. Its multi-node trees and NVLink SHARP (in-switch
-reduction on NVSwitch systems) are the production forms of the hierarchical idea.
+What the model leaves out. NCCL pipelines the phases of its hierarchical and tree
+algorithms, where this model adds them up (the hierarchical total is an upper bound). It picks
+the algorithm and protocol (LL, LL128, Simple) per size from measured tuning tables, so small
+messages across nodes go by tree and low-latency protocols, not by the rings' 2(N-1) network
+steps, and at scale it switches to trees. It uses NVLink SHARP (NVLS, in-switch reduction on
+NVSwitch systems) and SHARP in InfiniBand switches where they exist. Congestion and the PCIe
+path between a GPU and its NIC, left out too, make real times longer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.perf.comm import RING
+from course_lib.checks import require_count
+from course_lib.perf.comm import DOUBLE_BINARY_TREE, RING
 from course_lib.perf.interconnect import INFINIBAND_NDR, NVLINK_4, Link, get_link
 
-
-def _require_count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
+ALL_REDUCES = ("nccl rings", "hierarchical", "tree", "flat ring")
+"""The all-reduce algorithms ``all_reduce_time`` knows, NCCL's default first; "flat ring" is the
+single ring (the whiteboard case)."""
 
 
 @dataclass(frozen=True)
 class Cluster:
     """``nodes`` x ``gpus_per_node`` GPUs; ``in_node`` joins GPUs of a node, ``across_nodes``
-    joins nodes (one NIC per GPU)."""
+    is one of a node's ``nics_per_node`` NICs (None: one per GPU, rail-optimised). A NIC
+    serves gpus_per_node / nics_per_node GPUs, so nics_per_node must divide gpus_per_node."""
 
     nodes: int
     gpus_per_node: int
     in_node: Link
     across_nodes: Link
+    nics_per_node: int | None = None
 
     def __post_init__(self) -> None:
-        _require_count("Cluster.nodes", self.nodes)
-        _require_count("Cluster.gpus_per_node", self.gpus_per_node)
+        require_count("Cluster.nodes", self.nodes)
+        require_count("Cluster.gpus_per_node", self.gpus_per_node)
         for name in ("in_node", "across_nodes"):
             if not isinstance(getattr(self, name), Link):
                 raise TypeError(f"Cluster.{name} must be a Link (e.g. get_link(...)), got {getattr(self, name)!r}.")
+        if self.nics_per_node is None:
+            object.__setattr__(self, "nics_per_node", self.gpus_per_node)
+        require_count("Cluster.nics_per_node", self.nics_per_node)
+        if self.gpus_per_node % self.nics_per_node:
+            raise ValueError(f"Cluster.nics_per_node ({self.nics_per_node}) must divide gpus_per_node "
+                             f"({self.gpus_per_node}): each NIC serves the same number of GPUs.")
 
     @property
     def num_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def node_of(self, rank: int) -> int:
-        return rank // self.gpus_per_node
+    @property
+    def gpus_per_nic(self) -> int:
+        return self.gpus_per_node // self.nics_per_node
 
     @property
     def ring_link(self) -> Link:
-        """The link that paces a flat ring over every GPU: across nodes once there are several."""
+        """The link whose hop paces every step of a ring over all GPUs: across nodes once there
+        are several (the single ring's bandwidth too; NCCL's rings share it over the NICs)."""
         return self.across_nodes if self.nodes > 1 else self.in_node
 
 
-def h100_cluster(nodes: int, gpus_per_node: int = 8) -> Cluster:
-    """H100 nodes: NVLink 4 inside, InfiniBand NDR (400 Gb/s per GPU) between."""
-    return Cluster(nodes, gpus_per_node, get_link(NVLINK_4), get_link(INFINIBAND_NDR))
+def h100_cluster(nodes: int, gpus_per_node: int = 8, nics_per_node: int | None = None) -> Cluster:
+    """H100 nodes: NVLink 4 inside, InfiniBand NDR NICs (400 Gb/s each) between, one per GPU
+    unless ``nics_per_node`` says fewer."""
+    return Cluster(nodes, gpus_per_node, get_link(NVLINK_4), get_link(INFINIBAND_NDR), nics_per_node)
 
 
-def cluster_of(num_gpus: int, gpus_per_node: int = 8) -> Cluster:
-    """The H100 cluster that holds ``num_gpus``: one (partly filled) node up to ``gpus_per_node``,
-    else whole nodes, so ``num_gpus`` must then be a multiple of ``gpus_per_node``."""
-    _require_count("num_gpus", num_gpus)
-    _require_count("gpus_per_node", gpus_per_node)
+def cluster_of(num_gpus: int, gpus_per_node: int = 8, nics_per_node: int | None = None) -> Cluster:
+    """The H100 cluster that holds ``num_gpus``: a single node up to ``gpus_per_node`` (nothing
+    crosses a NIC there, so it gets one per GPU), else whole nodes with ``nics_per_node`` NICs
+    each, so ``num_gpus`` must then be a multiple of ``gpus_per_node``."""
+    require_count("num_gpus", num_gpus)
+    require_count("gpus_per_node", gpus_per_node)
     if num_gpus <= gpus_per_node:
         return h100_cluster(1, num_gpus)
     if num_gpus % gpus_per_node:
         raise ValueError(f"{num_gpus} GPUs do not fill whole nodes of {gpus_per_node}; "
                          f"use a multiple of {gpus_per_node}.")
-    return h100_cluster(num_gpus // gpus_per_node, gpus_per_node)
+    return h100_cluster(num_gpus // gpus_per_node, gpus_per_node, nics_per_node)
 
 
 @dataclass(frozen=True)
 class Crossing:
-    """Bytes each rank sends to another node in one all-reduce (index = global rank)."""
+    """Bytes sent to another node in one all-reduce: ``per_rank[r]`` by global rank r, and
+    ``per_nic[i]`` through NIC i of the cluster, which serves ranks [i g, (i+1) g) for g =
+    ``gpus_per_nic``. Both sum to ``total``."""
 
     per_rank: tuple[float, ...]
+    gpus_per_nic: int = 1
+
+    @property
+    def per_nic(self) -> tuple[float, ...]:
+        g = self.gpus_per_nic
+        return tuple(sum(self.per_rank[i:i + g]) for i in range(0, len(self.per_rank), g))
 
     @property
     def total(self) -> float:
@@ -100,8 +143,8 @@ class Crossing:
 
     @property
     def busiest_nic(self) -> float:
-        """Bytes out of the busiest NIC (one NIC per GPU, so the busiest rank's sends)."""
-        return max(self.per_rank)
+        """Bytes out of the busiest NIC."""
+        return max(self.per_nic)
 
 
 def _require_bytes(num_bytes: float) -> None:
@@ -109,33 +152,74 @@ def _require_bytes(num_bytes: float) -> None:
         raise ValueError(f"num_bytes must be 0 or more, got {num_bytes!r}.")
 
 
+def _ring_bytes(cluster: Cluster, num_bytes: float) -> float:
+    """2(N-1)/N K: what each ring hop carries in all, and what a node boundary sees (0 on one node)."""
+    n = cluster.num_gpus
+    return 2 * (n - 1) * num_bytes / n if cluster.nodes > 1 else 0.0
+
+
 def flat_ring_crossing(cluster: Cluster, num_bytes: float) -> Crossing:
-    """A flat ring over all ranks: the last rank of each node sends its 2(N-1)/N K to the next
-    node (none when there is one node)."""
+    """The single ring over all ranks: the last rank of each node sends its 2(N-1)/N K to the
+    next node through its NIC (none when there is one node)."""
     _require_bytes(num_bytes)
-    n, last = cluster.num_gpus, cluster.gpus_per_node - 1
-    boundary = 2 * (n - 1) * num_bytes / n if cluster.nodes > 1 else 0.0
-    return Crossing(tuple(boundary if rank % cluster.gpus_per_node == last else 0.0 for rank in range(n)))
+    boundary, last = _ring_bytes(cluster, num_bytes), cluster.gpus_per_node - 1
+    return Crossing(tuple(boundary if rank % cluster.gpus_per_node == last else 0.0
+                          for rank in range(cluster.num_gpus)), cluster.gpus_per_nic)
+
+
+def nccl_ring_crossing(cluster: Cluster, num_bytes: float) -> Crossing:
+    """NCCL's R rings: ring j leaves each node from the first GPU of NIC j, with 2(N-1)/N of
+    its K/R. Same total as the single ring; every NIC carries 1/R of a boundary's bytes."""
+    _require_bytes(num_bytes)
+    share, g = _ring_bytes(cluster, num_bytes) / cluster.nics_per_node, cluster.gpus_per_nic
+    return Crossing(tuple(share if rank % g == 0 else 0.0 for rank in range(cluster.num_gpus)), g)
 
 
 def hierarchical_crossing(cluster: Cluster, num_bytes: float) -> Crossing:
     """Hierarchical: every rank's ring across the M nodes carries 2(M-1)/M of a K/L shard."""
     _require_bytes(num_bytes)
     m, lanes = cluster.nodes, cluster.gpus_per_node
-    return Crossing((2 * (m - 1) * num_bytes / (m * lanes),) * cluster.num_gpus)
+    return Crossing((2 * (m - 1) * num_bytes / (m * lanes),) * cluster.num_gpus, cluster.gpus_per_nic)
 
 
 def flat_ring_time(cluster: Cluster, num_bytes: float) -> float:
-    """Seconds for a flat ring all-reduce: every step paced by its slowest hop (across nodes
+    """Seconds for the single ring: every step paced by its slowest hop (across nodes, one NIC,
     when there are several nodes)."""
     _require_bytes(num_bytes)
     link = cluster.ring_link
     return RING.time(cluster.num_gpus, num_bytes, link.alpha_s, link.beta)
 
 
+def _rings_beta(cluster: Cluster) -> float:
+    """Seconds per byte of a GPU's share of R side-by-side rings or trees: NVLink, or one NIC
+    per ring where the node's R NICs together are slower."""
+    if cluster.nodes == 1:
+        return cluster.in_node.beta
+    return max(cluster.in_node.beta, cluster.across_nodes.beta / cluster.nics_per_node)
+
+
+def nccl_ring_time(cluster: Cluster, num_bytes: float) -> float:
+    """Seconds for NCCL's R rings on K/R each: 2(N-1) network-paced steps, 2(N-1)/N K at the
+    slower of NVLink and R NICs. Equal to ``flat_ring_time`` on one node."""
+    _require_bytes(num_bytes)
+    return RING.time(cluster.num_gpus, num_bytes, cluster.ring_link.alpha_s, _rings_beta(cluster))
+
+
+def tree_time(cluster: Cluster, num_bytes: float) -> float:
+    """Seconds for NCCL's trees across nodes: 2(L-1) alpha_n + 2 floor(log2 M) alpha_x +
+    2K max(beta_n, beta_x / R); on one node NCCL's rings."""
+    _require_bytes(num_bytes)
+    if cluster.nodes == 1:
+        return nccl_ring_time(cluster, num_bytes)
+    m, inside, across = cluster.nodes, cluster.in_node, cluster.across_nodes
+    return (2 * (cluster.gpus_per_node - 1) * inside.alpha_s + DOUBLE_BINARY_TREE.hops(m) * across.alpha_s
+            + DOUBLE_BINARY_TREE.volume(m) * num_bytes * _rings_beta(cluster))
+
+
 @dataclass(frozen=True)
 class HierarchicalTime:
-    """The three phases of a hierarchical all-reduce, in seconds; they run one after another."""
+    """The three phases of a hierarchical all-reduce, in seconds, added up (NCCL would pipeline
+    them, so ``total_s`` is an upper bound)."""
 
     reduce_scatter_s: float
     across_nodes_s: float
@@ -148,17 +232,31 @@ class HierarchicalTime:
 
 def hierarchical_time(cluster: Cluster, num_bytes: float) -> HierarchicalTime:
     """Reduce-scatter and all-gather in the node, (L-1) alpha_n + (L-1)/L K beta_n each, around
-    a ring all-reduce of K/L across the M nodes."""
+    a ring all-reduce across the M nodes that puts K/R through each NIC (L/R GPUs' shards)."""
     _require_bytes(num_bytes)
     lanes, inside, across = cluster.gpus_per_node, cluster.in_node, cluster.across_nodes
     in_node_s = (lanes - 1) * inside.alpha_s + (lanes - 1) * num_bytes / lanes * inside.beta
-    across_s = RING.time(cluster.nodes, num_bytes / lanes, across.alpha_s, across.beta)
+    across_s = RING.time(cluster.nodes, num_bytes / cluster.nics_per_node, across.alpha_s, across.beta)
     return HierarchicalTime(in_node_s, across_s, in_node_s)
+
+
+def all_reduce_time(cluster: Cluster, num_bytes: float, algorithm: str = "nccl rings") -> float:
+    """Seconds for one all-reduce of ``num_bytes`` by one of ``ALL_REDUCES``."""
+    if algorithm == "nccl rings":
+        return nccl_ring_time(cluster, num_bytes)
+    if algorithm == "hierarchical":
+        return hierarchical_time(cluster, num_bytes).total_s
+    if algorithm == "tree":
+        return tree_time(cluster, num_bytes)
+    if algorithm == "flat ring":
+        return flat_ring_time(cluster, num_bytes)
+    raise ValueError(f"all_reduce must be one of {ALL_REDUCES}, got {algorithm!r}.")
 
 
 @dataclass(frozen=True)
 class AllReduceComparison:
-    """Both schemes for one message on one cluster."""
+    """Every scheme for one message on one cluster: ``flat_s`` is the single ring,
+    ``nccl_ring_s`` NCCL's R rings."""
 
     cluster: Cluster
     num_bytes: float
@@ -166,17 +264,23 @@ class AllReduceComparison:
     hierarchical: HierarchicalTime
     flat_crossing: Crossing
     hierarchical_crossing: Crossing
+    nccl_ring_s: float
+    nccl_ring_crossing: Crossing
+    tree_s: float
 
     @property
     def speedup(self) -> float:
-        """Flat ring time over hierarchical time."""
+        """Single ring time over hierarchical time."""
         return self.flat_s / self.hierarchical.total_s
 
 
-def compare_all_reduce(num_bytes: float, nodes: int = 2, gpus_per_node: int = 8) -> AllReduceComparison:
-    """Flat ring and hierarchical all-reduce of ``num_bytes`` on H100 nodes (NVLink 4 inside,
-    InfiniBand NDR between)."""
-    cluster = h100_cluster(nodes, gpus_per_node)
+def compare_all_reduce(num_bytes: float, nodes: int = 2, gpus_per_node: int = 8,
+                       nics_per_node: int | None = None) -> AllReduceComparison:
+    """The single ring, NCCL's rings, hierarchical and tree all-reduce of ``num_bytes`` on H100
+    nodes (NVLink 4 inside, ``nics_per_node`` InfiniBand NDR NICs between, one per GPU unless
+    given)."""
+    cluster = h100_cluster(nodes, gpus_per_node, nics_per_node)
     return AllReduceComparison(cluster, num_bytes, flat_ring_time(cluster, num_bytes),
                                hierarchical_time(cluster, num_bytes), flat_ring_crossing(cluster, num_bytes),
-                               hierarchical_crossing(cluster, num_bytes))
+                               hierarchical_crossing(cluster, num_bytes), nccl_ring_time(cluster, num_bytes),
+                               nccl_ring_crossing(cluster, num_bytes), tree_time(cluster, num_bytes))
