@@ -36,8 +36,11 @@ def test_calculator_redraws_its_pane_on_every_change():
     assert "hidden" in calculator.verdict.value
     calculator.num_gpus.value = 512
     assert "communication-bound" in calculator.verdict.value and calculator.pane is pane
-    calculator.tokens.value = 65536  # 16x the compute per step: the all-reduce hides again
-    assert ddp_step(512, tokens_per_gpu=65536).hidden and "hidden" in calculator.verdict.value
+    calculator.all_reduce.value = "tree"  # log N hops instead of 2(N-1): the all-reduce hides again
+    assert ddp_step(512, all_reduce="tree").hidden and "hidden" in calculator.verdict.value
+    calculator.nics.value = 1  # one NIC per node: the trees cannot add bandwidth
+    assert not ddp_step(512, all_reduce="tree", nics_per_node=1).hidden
+    assert "communication-bound" in calculator.verdict.value
 
 
 def test_layout_chooser_gives_feedback_with_the_models_numbers():
@@ -47,7 +50,9 @@ def test_layout_chooser_gives_feedback_with_the_models_numbers():
     tp16 = next(layout for layout in two_node_layouts() if layout.name == "TP=16" and layout.phase == "decode")
     assert "the bug" in chooser.feedback.value and f"{tp16.latency_s * 1e3:.1f} ms" in chooser.feedback.value
     chooser.layout_choice.value = "TP=8 x PP=2"
-    assert "The fix" in chooser.feedback.value and "NVLink" in chooser.feedback.value
+    assert "A fix" in chooser.feedback.value and "NVLink" in chooser.feedback.value
+    chooser.layout_choice.value = "TP=8 x DP=2"
+    assert "simplest fix" in chooser.feedback.value
     chooser.phase.value = "prefill"
-    assert "prefill batch of 2,048 tokens" in chooser.pane.layout.title.text
+    assert "prefill: the same 4,096 tokens" in chooser.pane.layout.title.text
     assert [bar.name for bar in chooser.pane.data] == ["compute", "TP all-reduces", "PP activation sends"]

@@ -11,17 +11,17 @@ from plotly.subplots import make_subplots
 from course_lib.perf.comm_roofline import (
     DDP_BUCKET_BYTES,
     DDP_GPU_COUNTS,
-    TP_ALL_REDUCES,
     DDPStep,
     ParallelLayout,
     ddp_step,
     two_node_layouts,
 )
+from course_lib.perf.topology import ALL_REDUCES
 from course_lib.perf.units import MiB
 from course_lib.widgets.plotly_pane import PlotlyPane
 
 GPU_COUNTS = (1, 2, 4, *DDP_GPU_COUNTS, 1024)
-DDP_MODELS = ("Llama-3.2-1B", "Llama-3.1-8B")
+NIC_COUNTS = (1, 2, 4, 8)
 STYLE = {"description_width": "11em"}
 
 
@@ -55,7 +55,8 @@ def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go
         figure.update_xaxes(type="log", title_text="GPUs (8 per node)", tickvals=gpus, tickangle=0, row=1, col=col)
     figure.update_yaxes(title_text="tokens/s per GPU", rangemode="tozero", row=1, col=1)
     figure.update_yaxes(title_text="time per step (ms, log scale)", type="log", row=1, col=2)
-    figure.update_layout(title=f"DDP on H100 nodes, {steps[0].tokens_per_gpu:,} tokens per GPU per step",
+    figure.update_layout(title=f"DDP of Llama-3.2-1B on H100 nodes, {steps[0].tokens_per_gpu:,} tokens per GPU per step, "
+                               f"gradients all-reduced by {steps[0].all_reduce}",
                          height=470, legend={"orientation": "h", "y": -0.32}, margin={"t": 90, "b": 130})
     return figure
 
@@ -66,7 +67,7 @@ def ddp_verdict(step: DDPStep) -> str:
                 f"{step.tokens_per_s_per_gpu:,.0f} tokens/s.")
     verdict = ("hidden: the all-reduce fits inside backward" if step.hidden else
                "communication-bound: t_comm exceeds the backward pass, so every step waits for the network")
-    return (f"<b>{step.num_gpus} GPUs</b>, gradient ring over {step.link}: compute {step.compute_s * 1e3:.1f} ms "
+    return (f"<b>{step.num_gpus} GPUs</b>, gradients all-reduced by {step.all_reduce}, paced by {step.link}: compute {step.compute_s * 1e3:.1f} ms "
             f"(backward {step.backward_s * 1e3:.1f} ms), t_comm {step.comm_s * 1e3:.1f} ms in {step.num_buckets} "
             f"buckets, {step.latency_s / step.comm_s:.0%} of it latency. <b>{verdict}</b>. Step "
             f"{step.step_s * 1e3:.1f} ms, {step.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
@@ -74,14 +75,18 @@ def ddp_verdict(step: DDPStep) -> str:
 
 
 class CommRooflineCalculator(w.VBox):
-    """Sliders for a DDP step (GPUs, model, tokens per GPU, bucket size, compute efficiency):
-    the roofline test t_comm against backward, and the scaling curve with the setting starred."""
+    """Controls for a DDP step of Llama-3.2-1B (GPUs, NICs per node, the all-reduce algorithm,
+    tokens per GPU, bucket size, compute efficiency): the roofline test t_comm against backward,
+    and the scaling curve with the setting starred."""
 
-    def __init__(self, num_gpus: int = 64, model: str = "Llama-3.2-1B", tokens_per_gpu: int = 4096,
-                 bucket_mib: float = DDP_BUCKET_BYTES / MiB, compute_efficiency: float = 0.5) -> None:
+    def __init__(self, num_gpus: int = 64, nics_per_node: int = 8, all_reduce: str = "nccl rings",
+                 tokens_per_gpu: int = 4096, bucket_mib: float = DDP_BUCKET_BYTES / MiB,
+                 compute_efficiency: float = 0.5) -> None:
         slider = {"continuous_update": False, "style": STYLE, "layout": w.Layout(width="560px")}
         self.num_gpus = w.SelectionSlider(options=GPU_COUNTS, value=num_gpus, description="GPUs", **slider)
-        self.model = w.Dropdown(options=DDP_MODELS, value=model, description="model", style=STYLE)
+        self.nics = w.SelectionSlider(options=NIC_COUNTS, value=nics_per_node, description="NICs per node", **slider)
+        self.all_reduce = w.ToggleButtons(options=ALL_REDUCES, value=all_reduce, description="all-reduce",
+                                          style={**STYLE, "button_width": "110px"})
         self.tokens = w.SelectionSlider(options=[2**k for k in range(9, 17)], value=tokens_per_gpu,
                                         description="tokens per GPU", **slider)
         self.bucket = w.SelectionSlider(options=[1, 5, 25, 100, 400], value=bucket_mib,
@@ -90,15 +95,16 @@ class CommRooflineCalculator(w.VBox):
                                         description="share of peak FLOP/s", **slider)
         self.verdict = w.HTML()
         self.pane = PlotlyPane()
-        for control in (self.num_gpus, self.model, self.tokens, self.bucket, self.efficiency):
+        controls = (self.num_gpus, self.nics, self.all_reduce, self.tokens, self.bucket, self.efficiency)
+        for control in controls:
             control.observe(self._redraw, "value")
         self._redraw()
-        super().__init__([self.num_gpus, self.model, self.tokens, self.bucket, self.efficiency, self.verdict,
-                          self.pane])
+        super().__init__([*controls, self.verdict, self.pane])
 
     def settings(self) -> dict:
-        return {"model": self.model.value, "tokens_per_gpu": self.tokens.value,
-                "bucket_bytes": self.bucket.value * MiB, "compute_efficiency": self.efficiency.value}
+        return {"nics_per_node": self.nics.value, "all_reduce": self.all_reduce.value,
+                "tokens_per_gpu": self.tokens.value, "bucket_bytes": self.bucket.value * MiB,
+                "compute_efficiency": self.efficiency.value}
 
     def _redraw(self, *_) -> None:
         steps = [ddp_step(n, **self.settings()) for n in GPU_COUNTS]
@@ -107,12 +113,13 @@ class CommRooflineCalculator(w.VBox):
 
 
 LAYOUT_FEEDBACK = {
-    "TP=16": "This is the bug: tensor parallelism across the two nodes puts every one of its per-layer "
-             "all-reduces on InfiniBand, on the critical path.",
-    "TP=8 x PP=2": "The fix: TP = GPUs per node keeps the all-reduces on NVLink, PP = nodes sends only one "
-                   "batch's activations across, once per step.",
-    "TP=8 x DP=2": "Two independent replicas: no traffic between nodes at all. It serves twice the batches, "
-                   "each through one node (it needs a model that fits on one node).",
+    "TP=16": "This is the bug: tensor parallelism across the two nodes sends every one of its 2 all-reduces "
+             "per layer over InfiniBand, on the critical path.",
+    "TP=8 x PP=2": "A fix: TP = GPUs per node keeps the all-reduces on NVLink, PP = nodes sends only one "
+                   "micro-batch's activations across, once per stage boundary. It is the layout for a model too "
+                   "big for one node.",
+    "TP=8 x DP=2": "The simplest fix here: this model already served on one node, so run two independent "
+                   "replicas, with no traffic between the nodes at all.",
 }
 
 
@@ -131,10 +138,10 @@ def layouts_figure(layouts: list[ParallelLayout], chosen: str) -> go.Figure:
         if layout.name == chosen:
             figure.add_shape(type="rect", x0=position - 0.45, x1=position + 0.45, y0=0, y1=layout.latency_s * 1e3,
                              line={"color": "#d62728", "width": 3})
-    phase = layouts[0]
-    figure.update_layout(barmode="stack", height=380,
-                         title=f"Llama-3.1-70B on 2 nodes x 8 H100: one {phase.phase} batch of "
-                               f"{phase.num_tokens:,} tokens",
+    first = layouts[0]
+    figure.update_layout(barmode="stack", height=400, autosize=True,
+                         title=f"Llama-3.1-70B on 2 nodes x 8 H100, {first.phase}: the same {first.total_tokens:,} "
+                               "tokens served by each layout (PP and DP in two batches)",
                          yaxis_title="latency of one batch (ms)", xaxis_title="layout",
                          legend={"orientation": "h", "y": -0.25})
     return figure
@@ -147,7 +154,8 @@ class LayoutChooser(w.VBox):
         self.layout_choice = w.ToggleButtons(options=list(LAYOUT_FEEDBACK), value=None,
                                              description="your layout", style={"button_width": "130px"})
         self.phase = w.ToggleButtons(options=("decode", "prefill"), value="decode", description="step")
-        self.all_reduce = w.ToggleButtons(options=TP_ALL_REDUCES, value="flat ring", description="all-reduce")
+        self.all_reduce = w.ToggleButtons(options=ALL_REDUCES, value="nccl rings", description="TP all-reduce",
+                                          style={"button_width": "110px"})
         self.feedback = w.HTML("<p>Pick the layout you would deploy.</p>")
         self.pane = PlotlyPane()
         for control in (self.layout_choice, self.phase, self.all_reduce):
