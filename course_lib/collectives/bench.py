@@ -47,7 +47,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from course_lib.collectives.launch import default_backend, run_on_ranks
+from course_lib.collectives.launch import default_backend, progress_lines, run_on_ranks
 from course_lib.collectives.primitives import all_gather_flat, reduce_scatter_flat
 from course_lib.paths import RESULTS_DIR
 from course_lib.perf.bus_bandwidth import COLLECTIVES, algorithm_bandwidth, bus_bandwidth
@@ -259,17 +259,10 @@ def benchmark(world_size: int = 4, collectives: Sequence[str] = COLLECTIVES, min
     _check_settings(collectives, dtype, warmup, iters)
     message_sizes(min_bytes, max_bytes, step_factor)
 
-    def on_print(rank: int, line: str) -> None:
-        if line.startswith(STEP_MARKER):
-            if on_step is not None:
-                on_step(int(line[len(STEP_MARKER):]))
-        else:
-            print(f"[rank {rank}] {line}", flush=True)
-
     results = run_on_ranks(bench_on_rank, world_size, collectives=tuple(collectives), min_bytes=min_bytes,
                            max_bytes=max_bytes, step_factor=step_factor, warmup=warmup, iters=iters, dtype=dtype,
-                           report_steps=True, backend=backend, timeout_s=timeout_s, on_print=on_print,
-                           trace_calls=False)
+                           report_steps=True, backend=backend, timeout_s=timeout_s, trace_calls=False,
+                           on_print=progress_lines(STEP_MARKER, on_step))
     return results[0]
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from course_lib.collectives.launch import run_on_ranks
+from course_lib.collectives.launch import progress_lines, run_on_ranks
 
 DEFAULT_WIDTHS = (512,) * 9  # 8 Linear layers of 512x512 fp32: 1 MiB of weights (+2 KiB of bias) each
 DEFAULT_BATCH = 128  # rows per rank: ~10 ms of backward on one CPU thread, ~25 ms a step
@@ -188,14 +188,7 @@ def bucket_cap_sweep(caps_mb: tuple[float | None, ...] = DEFAULT_CAPS_MB, world_
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}.")
 
-    def on_print(rank: int, line: str) -> None:
-        if line.startswith(_PROGRESS):
-            if on_step is not None:
-                on_step(int(line[len(_PROGRESS):]))
-        else:
-            print(f"[rank {rank}] {line}", flush=True)
-
     rows = run_on_ranks(_sweep_rank, world_size, tuple(caps_mb), tuple(widths), batch, repeats,
-                        trace_calls=False, on_print=on_print)[0]
+                        trace_calls=False, on_print=progress_lines(_PROGRESS, on_step))[0]
     return [{"bucket_cap_mb": row["bucket_cap_mb"], "num_buckets": row["num_buckets"],
              "median_step_s": statistics.median(row["step_times_s"]), "timeline": row["timeline"]} for row in rows]

@@ -194,6 +194,20 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
+def progress_lines(marker: str, on_step: Callable[[int], None] | None) -> Callable[[int, str], None]:
+    """An ``on_print`` for ``run_on_ranks`` whose ranks report progress as lines ``f"{marker}{i}"``:
+    those become ``on_step(i)`` calls (swallowed when ``on_step`` is None); other lines print
+    prefixed with their rank."""
+    def on_print(rank: int, line: str) -> None:
+        if line.startswith(marker):
+            if on_step is not None:
+                on_step(int(line[len(marker):]))
+        else:
+            print(f"[rank {rank}] {line}", flush=True)
+
+    return on_print
+
+
 def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = None, timeout_s: float = 60.0,
                  on_print: Callable[[int, str], None] | None = None, trace_calls: bool = True, **kwargs) -> list:
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return each rank's result, in rank order.

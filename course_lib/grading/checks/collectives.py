@@ -78,10 +78,11 @@ def full_batch_gradients(world_size: int, rows_per_rank: int) -> list:
     return [[parameter.grad.tolist() for parameter in model.parameters()]] * world_size
 
 
-def _local_gradients(world_size: int, rows_per_rank: int) -> list:
+def local_gradients(world_size: int, rows_per_rank: int, problem=ddp_problem) -> list:
+    """Per rank, the gradients of its own rows only (what a rank holds before any averaging)."""
     grads = []
     for rank in range(world_size):
-        model, inputs, targets = ddp_problem(world_size, rows_per_rank)
+        model, inputs, targets = problem(world_size, rows_per_rank)
         mine = slice(rank * rows_per_rank, (rank + 1) * rows_per_rank)
         torch.nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
         grads.append([parameter.grad.tolist() for parameter in model.parameters()])
@@ -95,7 +96,7 @@ def _flat(value) -> list[float]:
 def _ddp_hint(case: Case, expected, got) -> str | None:
     world_size, rows = case.args
     near = lambda a, b: len(a) == len(b) and all(abs(x - y) < 1e-4 for x, y in zip(a, b))  # noqa: E731
-    if near(_flat(got), _flat(_local_gradients(world_size, rows))):
+    if near(_flat(got), _flat(local_gradients(world_size, rows))):
         return "the gradients did not change: write the averaged gradient back into each parameter's .grad"
     if near(_flat(got), [world_size * x for x in _flat(expected)]):
         return "that is the sum over ranks: divide by the number of ranks"

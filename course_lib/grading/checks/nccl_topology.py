@@ -19,7 +19,8 @@ import torch
 
 from course_lib.collectives.buckets import MIB, assign_buckets
 from course_lib.grading.calls import reducer_problem
-from course_lib.grading.checks.collectives import FLOAT32, in_place_hint, rank_inputs, summed_on_every_rank
+from course_lib.grading.checks.collectives import (FLOAT32, in_place_hint, local_gradients, rank_inputs,
+                                                   summed_on_every_rank)
 from course_lib.grading.task import Case, Task
 from course_lib.grading.values import same_value, to_plain
 from course_lib.perf.bus_bandwidth import COLLECTIVES, algorithm_bandwidth, bus_bandwidth, bus_factor
@@ -254,16 +255,6 @@ def _describe_reducer(case: Case) -> str:
     return f"install_bucketed_reducer(model, buckets={buckets}) on {world_size} ranks, {rows_per_rank} rows each"
 
 
-def _local_gradients(world_size: int, rows_per_rank: int) -> list:
-    grads = []
-    for rank in range(world_size):
-        model, inputs, targets = reducer_problem(world_size, rows_per_rank)
-        mine = slice(rank * rows_per_rank, (rank + 1) * rows_per_rank)
-        torch.nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
-        grads.append([parameter.grad.tolist() for parameter in model.parameters()])
-    return grads
-
-
 def _scaled(value, factor: float):
     """Every number in nested lists ``value`` times ``factor``."""
     return [_scaled(item, factor) for item in value] if isinstance(value, list) else value * factor
@@ -295,7 +286,7 @@ def _reducer_hint(case: Case, expected, got) -> str | None:
                     f"gradients; yours after {ready}")
     values = [result["gradients"] for result in got]
     wanted = [result["gradients"] for result in expected]
-    if same_value(to_plain(values), to_plain(_local_gradients(world_size, rows_per_rank)), FLOAT32):
+    if same_value(to_plain(values), to_plain(local_gradients(world_size, rows_per_rank, reducer_problem)), FLOAT32):
         return "the gradients did not change: finish() must write each bucket's averaged slice back into .grad"
     if same_value(to_plain(values), to_plain(_scaled(wanted, world_size)), FLOAT32):
         return "that is the sum over ranks: divide by the number of ranks in finish()"
