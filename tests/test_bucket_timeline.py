@@ -45,7 +45,7 @@ def test_slider_redraws_the_same_pane():
     explorer = BucketTimelineExplorer(sweep, 0.5)
     pane = explorer.pane
     assert "2 buckets" in pane.layout.title.text
-    explorer.cap.value = "25 MB"
+    explorer.cap.value = "25 MiB"
     assert explorer.pane is pane and pane.layout.title.text.endswith(": 1 bucket")
     assert "one bucket" in explorer.readout.value
     assert "18.0 ms" in explorer.table.value

@@ -52,7 +52,8 @@ def bandwidth_figure(result: BenchResult, metric: str = "busbw", peak_gbps: floa
         xaxis={"type": "log", "title": "message size", "tickvals": ticks,
                "ticktext": [format_bytes(tick).replace(".0 ", " ") for tick in ticks]},
         margin={"t": 60},
-        yaxis={"type": "log" if metric == "time_us" else "linear", "title": METRICS[metric], "rangemode": "tozero"},
+        yaxis={"type": "log", "dtick": 1, "title": METRICS[metric]} if metric == "time_us" else
+              {"type": "linear", "title": METRICS[metric], "rangemode": "tozero"},
         height=430, legend={"orientation": "h", "y": -0.25})
     return figure
 

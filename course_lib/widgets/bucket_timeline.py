@@ -15,7 +15,7 @@ COMPUTE, COMM = "#1f77b4", "#ff7f0e"
 
 
 def cap_label(bucket_cap_mb: float | None) -> str:
-    return "default" if bucket_cap_mb is None else f"{bucket_cap_mb:g} MB"
+    return "default" if bucket_cap_mb is None else f"{bucket_cap_mb:g} MiB"  # DDP reads bucket_cap_mb as MiB
 
 
 def layer_names(param_names: list[str]) -> dict[str, str]:
@@ -52,10 +52,11 @@ def timeline_figure(timeline: BucketTimeline) -> go.Figure:
                                         for b in timeline.buckets],
                             hovertemplate="%{y}: %{customdata[0]}, %{customdata[1]}<br>"
                                           "launched %{base:.2f} ms, took %{x:.2f} ms<extra></extra>"))
-    for at, text, dash, where in ((timeline.compute_end_s, "last gradient ready", "dot", "top left"),
-                                  (timeline.backward_s, "backward() returns", "dash", "top right")):
-        figure.add_vline(x=at * ms, line_dash=dash, line_color="grey", annotation_text=text,
-                         annotation_position=where)
+    for at, text, dash, side in ((timeline.compute_end_s, "last gradient ready", "dot", "right"),
+                                 (timeline.backward_s, "backward() returns", "dash", "left")):
+        figure.add_vline(x=at * ms, line_dash=dash, line_color="grey")
+        figure.add_annotation(x=at * ms, y=1.0, yref="paper", yanchor="bottom", xanchor=side, text=text,
+                              showarrow=False, font={"color": "grey"})  # above the plot, clear of the marks
     figure.update_layout(
         title=f"One DDP step (rank 0), bucket_cap_mb {cap_label(timeline.bucket_cap_mb)}: "
               f"{len(timeline.buckets)} bucket{'s' if len(timeline.buckets) != 1 else ''}",
@@ -92,11 +93,12 @@ class BucketTimelineExplorer(w.VBox):
                                      style={"description_width": "8em"})
         self.readout = w.HTML()
         self.pane = PlotlyPane()
-        table = "".join(f"<tr><td>{label}</td><td style='text-align:right'>{row['num_buckets']}</td>"
-                        f"<td style='text-align:right'>{row['median_step_s'] * 1e3:.1f} ms</td></tr>"
+        cell = "style='text-align:right; padding: 0 1em'"
+        table = "".join(f"<tr><td {cell}>{label}</td><td {cell}>{row['num_buckets']}</td>"
+                        f"<td {cell}>{row['median_step_s'] * 1e3:.1f} ms</td></tr>"
                         for label, row in self.rows.items())
-        self.table = w.HTML("<table><tr><th>bucket_cap_mb</th><th>buckets</th><th>median step</th></tr>"
-                            f"{table}</table>")
+        self.table = w.HTML(f"<table><tr><th {cell}>bucket_cap_mb</th><th {cell}>buckets</th><th {cell}>median step</th>"
+                            f"</tr>{table}</table>")
         self.cap.observe(self._redraw, "value")
         self._redraw()
         super().__init__([self.cap, self.readout, self.pane, self.table])

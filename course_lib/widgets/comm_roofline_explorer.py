@@ -22,6 +22,8 @@ from course_lib.widgets.plotly_pane import PlotlyPane
 
 GPU_COUNTS = (1, 2, 4, *DDP_GPU_COUNTS, 1024)
 NIC_COUNTS = (1, 2, 4, 8)
+ALGORITHM_NAMES = {"nccl rings": "NCCL's rings (one per NIC)", "hierarchical": "the hierarchical scheme",
+                   "tree": "trees", "flat ring": "a single ring"}
 STYLE = {"description_width": "11em"}
 
 
@@ -40,7 +42,7 @@ def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go
                                 mode="lines+markers", name="t_comm: gradient all-reduce", line_color="#ff7f0e"),
                      row=1, col=2)
     figure.add_trace(go.Scatter(x=[s.num_gpus for s in talking], y=[s.latency_s * 1e3 for s in talking],
-                                mode="lines", name="its latency part, buckets x 2(N-1) alpha",
+                                mode="lines", name="its latency part (the alphas)",
                                 line={"color": "#ffbb78", "dash": "dot"}), row=1, col=2)
     figure.add_trace(go.Scatter(x=gpus, y=[s.backward_s * 1e3 for s in steps], mode="lines",
                                 name="backward compute (what overlap can hide behind)",
@@ -48,15 +50,17 @@ def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go
     if highlight in gpus:
         step = steps[gpus.index(highlight)]
         figure.add_trace(go.Scatter(x=[highlight], y=[step.tokens_per_s_per_gpu], mode="markers", name="your setting",
-                                    marker={"size": 14, "color": "#d62728", "symbol": "star"}), row=1, col=1)
+                                    marker={"size": 14, "color": "#d62728", "symbol": "star"}, cliponaxis=False),
+                         row=1, col=1)
         for col in (1, 2):
             figure.add_vline(x=highlight, line_color="#d62728", line_width=1, opacity=0.5, row=1, col=col)
     for col in (1, 2):
-        figure.update_xaxes(type="log", title_text="GPUs (8 per node)", tickvals=gpus, tickangle=0, row=1, col=col)
+        figure.update_xaxes(type="log", title_text="GPUs (8 per node)", tickvals=[n for n in gpus if n in (1, 8, 64, 512)],
+                            row=1, col=col)
     figure.update_yaxes(title_text="tokens/s per GPU", rangemode="tozero", row=1, col=1)
-    figure.update_yaxes(title_text="time per step (ms, log scale)", type="log", row=1, col=2)
-    figure.update_layout(title=f"DDP of Llama-3.2-1B on H100 nodes, {steps[0].tokens_per_gpu:,} tokens per GPU per step, "
-                               f"gradients all-reduced by {steps[0].all_reduce}",
+    figure.update_yaxes(title_text="time per step (ms, log scale)", type="log", dtick=1, row=1, col=2)
+    figure.update_layout(title=f"DDP of Llama-3.2-1B on H100 nodes, {steps[0].tokens_per_gpu:,} tokens per GPU per step"
+                               f"<br>gradients all-reduced by {ALGORITHM_NAMES[steps[0].all_reduce]}",
                          height=470, legend={"orientation": "h", "y": -0.32}, margin={"t": 90, "b": 130})
     return figure
 
@@ -67,7 +71,8 @@ def ddp_verdict(step: DDPStep) -> str:
                 f"{step.tokens_per_s_per_gpu:,.0f} tokens/s.")
     verdict = ("hidden: the all-reduce fits inside backward" if step.hidden else
                "communication-bound: t_comm exceeds the backward pass, so every step waits for the network")
-    return (f"<b>{step.num_gpus} GPUs</b>, gradients all-reduced by {step.all_reduce}, paced by {step.link}: compute {step.compute_s * 1e3:.1f} ms "
+    return (f"<b>{step.num_gpus} GPUs</b>, gradients all-reduced by {ALGORITHM_NAMES[step.all_reduce]}, paced by "
+            f"{step.link}: compute {step.compute_s * 1e3:.1f} ms "
             f"(backward {step.backward_s * 1e3:.1f} ms), t_comm {step.comm_s * 1e3:.1f} ms in {step.num_buckets} "
             f"buckets, {step.latency_s / step.comm_s:.0%} of it latency. <b>{verdict}</b>. Step "
             f"{step.step_s * 1e3:.1f} ms, {step.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
@@ -140,7 +145,7 @@ def layouts_figure(layouts: list[ParallelLayout], chosen: str) -> go.Figure:
                              line={"color": "#d62728", "width": 3})
     first = layouts[0]
     figure.update_layout(barmode="stack", height=400, autosize=True,
-                         title=f"Llama-3.1-70B on 2 nodes x 8 H100, {first.phase}: the same {first.total_tokens:,} "
+                         title=f"Llama-3.1-70B on 2 nodes x 8 H100, {first.phase}<br>the same {first.total_tokens:,} "
                                "tokens served by each layout (PP and DP in two batches)",
                          yaxis_title="latency of one batch (ms)", xaxis_title="layout",
                          legend={"orientation": "h", "y": -0.25})

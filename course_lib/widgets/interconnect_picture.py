@@ -33,7 +33,7 @@ def path_time(path: str, num_bytes: float) -> float:
     raise ValueError(f"Unknown path {path!r}; choose one of {PATHS}.")
 
 
-def _box(ax, x, y, width, height, text, color, lit, fontsize=7.0):
+def _box(ax, x, y, width, height, text, color, lit, fontsize=8.0):
     ax.add_patch(FancyBboxPatch((x, y), width, height, boxstyle="round,pad=0.02", linewidth=2 if lit else 0.8,
                                 edgecolor=HIGHLIGHT if lit else "#424242", facecolor=color))
     ax.text(x + width / 2, y + height / 2, text, ha="center", va="center", fontsize=fontsize)
@@ -72,8 +72,8 @@ def draw_interconnect(path: str = NVLINK_PATH):
             centre, first = x + GPU_W / 2, gpu == 0
             ends = (node == 0 and gpu in (0, 5)) if inside else first
             _box(ax, x, 3.75, GPU_W, 0.8, f"GPU {gpu}", "#e8f5e9", ends)
-            _box(ax, x, 2.88, GPU_W, 0.34, "PCIe", "#eceff1", first and not inside, fontsize=7)
-            _box(ax, x, 1.75, GPU_W, 0.5, f"NIC {gpu}", "#ede7f6", first and not inside, fontsize=7.5)
+            _box(ax, x, 2.88, GPU_W, 0.34, "PCIe", "#eceff1", first and not inside, fontsize=8)
+            _box(ax, x, 1.75, GPU_W, 0.5, f"NIC {gpu}", "#ede7f6", first and not inside, fontsize=8)
             _wire(ax, [(centre, 4.55), (centre, 5.1)], inside and ends)
             _wire(ax, [(centre, 3.75), (centre, 3.22)], first and not inside)
             _wire(ax, [(centre, 2.88), (centre, 2.25)], first and not inside)
@@ -87,7 +87,7 @@ def draw_interconnect(path: str = NVLINK_PATH):
             for start, end, number in hops:
                 ax.annotate("", xy=end, xytext=start, arrowprops={"arrowstyle": "->", "color": HIGHLIGHT, "lw": 2,
                                                                    "connectionstyle": "arc3,rad=0.3"})
-                ax.text((start[0] + end[0]) / 2 - 0.3, (start[1] + end[1]) / 2, number, fontsize=10,
+                ax.text((start[0] + end[0]) / 2 - (0.6 if node == 0 else 0.3), (start[1] + end[1]) / 2, number, fontsize=10,
                         weight="bold", color=HIGHLIGHT, ha="center", va="center")
     _box(ax, 9.95, 0.75, 1.2, 0.6, "InfiniBand\nswitch", "#f3e5f5", not inside)
     for left in NODE_LEFT:
@@ -107,7 +107,8 @@ class InterconnectPicture(w.VBox):
 
     def __init__(self, path: str = NVLINK_PATH, message_mib: float = 64) -> None:
         self.path = w.ToggleButtons(options=PATHS, value=path, style={"button_width": "230px"})
-        self.size_mib = w.SelectionSlider(options=[2.0**k for k in range(-10, 11)], value=float(message_mib),
+        self.size_mib = w.SelectionSlider(options=[(format_bytes(2.0**k * MiB), 2.0**k) for k in range(-10, 11)],
+                                          value=float(message_mib),
                                           description="message (MiB)", continuous_update=False,
                                           layout=w.Layout(width="520px"), style={"description_width": "8em"})
         self.figure = FigurePane()
@@ -121,9 +122,9 @@ class InterconnectPicture(w.VBox):
     def _redraw(self, *_) -> None:
         num_bytes = self.size_mib.value * MiB
         times = {path: path_time(path, num_bytes) for path in PATHS}
+        cell = "style='text-align:right; padding: 0 1em'"
         rows = "".join(f"<tr><td>{f'<b>{p}</b>' if p == self.path.value else p}</td>"
-                       f"<td style='text-align:right'>{t * 1e6:,.1f} µs</td>"
-                       f"<td style='text-align:right'>{t / times[NVLINK_PATH]:.1f}x</td></tr>"
+                       f"<td {cell}>{t * 1e6:,.1f} µs</td><td {cell}>{t / times[NVLINK_PATH]:.1f}x</td></tr>"
                        for p, t in times.items())
         self.readout.value = (f"<p>One message of {format_bytes(num_bytes)}, alpha + K beta per hop:</p>"
                               f"<table><tr><th>path</th><th>time</th><th>vs NVLink</th></tr>{rows}</table>")
