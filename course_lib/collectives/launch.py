@@ -56,7 +56,7 @@ TRACED_CALLS = ("broadcast", "reduce", "all_reduce", "all_gather", "all_gather_i
                 "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
                 "scatter", "gather", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
                 "batch_isend_irecv", "all_gather_object", "gather_object", "broadcast_object_list",
-                "scatter_object_list", "send_object_list", "recv_object_list")
+                "scatter_object_list", "send_object_list", "recv_object_list", "new_group", "new_subgroups")
 
 FAILURE_GRACE_S = 1.5  # after a first failure, how long to wait for the other ranks' outcomes
 NATIVE_TAIL_LINES = 12  # lines of a dead rank's native output quoted in the error

@@ -32,8 +32,10 @@ How a function is called (a task's ``call``):
                      back-propagates the MSE loss of its own rows, calls ``finish()``, and returns
                      ``{"all_reduce calls": [...], "gradients": each parameter's .grad}``: for each
                      ``dist.all_reduce``, its elements, its async_op, how many gradients had been
-                     accumulated when it was launched, and whether it was waited on by the time
-                     ``finish()`` returned (``wait()``, or its future done; a blocking call counts)
+                     accumulated when it was launched, whether it was waited on while backward was
+                     still running (in a hook: a blocking call made there counts), and whether it was
+                     waited on at all (``wait()`` on its handle or future, ``torch.futures.wait_all``,
+                     or ``value()`` after backward; a future's ``done()`` is no wait)
 """
 
 from __future__ import annotations
@@ -257,26 +259,88 @@ def reducer_problem(world_size: int, rows_per_rank: int):
     return model, inputs, targets
 
 
+class _Waits:
+    """When the learner's code waited on one ``async_op=True`` all-reduce: while backward was still
+    running (in a hook), and after ``backward()`` had returned (in ``finish()``)."""
+
+    def __init__(self, phase: dict) -> None:
+        self.phase, self.during_backward, self.after_backward = phase, False, False
+
+    def note(self) -> None:
+        if self.phase["backward returned"]:
+            self.after_backward = True
+        else:
+            self.during_backward = True
+
+
+def _watched_future(future, waits: _Waits):
+    """A ``torch.futures.Future`` that completes with ``future`` and notes each wait on it (a
+    ``wait()``, a ``value()`` once backward returned, ``torch.futures.wait_all``/``collect_all``,
+    or a wait on a future chained from it by ``then``). A real future, so torch accepts it."""
+    import torch
+
+    class Watched(torch.futures.Future):
+        def wait(self):
+            waits.note()
+            return super().wait()
+
+        def value(self):
+            if waits.phase["backward returned"]:  # read in finish(); in a then-callback it is no wait
+                waits.note()
+            return super().value()
+
+        def then(self, callback):
+            return _watched_future(super().then(callback), waits)
+
+    watched = Watched()
+    watched._course_waits = waits
+
+    def complete(done) -> None:
+        try:
+            result = done.value()
+        except BaseException as error:  # noqa: BLE001 - the all-reduce's own failure, passed on
+            watched.set_exception(error)
+        else:
+            watched.set_result(result)
+
+    future.add_done_callback(complete)
+    return watched
+
+
+def _watch_wait_all(phase: dict) -> None:
+    """``torch.futures.wait_all`` and ``collect_all`` note a wait on each watched future handed them."""
+    import torch.futures
+
+    def noting(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def call(futures, *args, **kwargs):
+            futures = list(futures)
+            for future in futures:
+                if getattr(future, "_course_waits", None) is not None:
+                    future._course_waits.note()
+            return original(futures, *args, **kwargs)
+        return call
+
+    for name in ("wait_all", "collect_all"):
+        setattr(torch.futures, name, noting(getattr(torch.futures, name)))
+
+
 class _Handle:
     """What an ``async_op=True`` all-reduce returns to the learner's code: the real handle, noting
-    whether it was waited on."""
+    when it (or its future) was waited on."""
 
-    def __init__(self, work) -> None:
-        self._work, self._waited, self._future = work, False, None
+    def __init__(self, work, waits: _Waits) -> None:
+        self._work, self._waits = work, waits
 
     def wait(self, *args, **kwargs):
-        self._waited = True
+        self._waits.note()
         return self._work.wait(*args, **kwargs)
 
     def get_future(self):
-        self._future = self._work.get_future()
-        return self._future
+        return _watched_future(self._work.get_future(), self._waits)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
-
-    def waited_on(self) -> bool:
-        return self._waited or (self._future is not None and self._future.done())
 
 
 def _reducer_rank(fn: Callable, rows_per_rank: int, buckets: list) -> dict:
@@ -289,24 +353,30 @@ def _reducer_rank(fn: Callable, rows_per_rank: int, buckets: list) -> dict:
     accumulated: list[int] = []
     for index, parameter in enumerate(parameters):  # registered first, so each runs before the learner's hooks
         parameter.register_post_accumulate_grad_hook(lambda _, index=index: accumulated.append(index))
-    launches: list[tuple[dict, _Handle | None]] = []
+    phase = {"backward returned": False}
+    launches: list[tuple[dict, _Waits]] = []
 
     def record(name: str, arguments: dict, work: Any) -> Any:
-        handle = None if work is None else _Handle(work)
+        waits = _Waits(phase)
+        if work is None:  # a blocking call waits where it is made
+            waits.note()
         launches.append(({"elements": _numel(arguments["tensor"]), "async_op": bool(arguments["async_op"]),
-                          "gradients ready": len(accumulated)}, handle))
-        return handle
+                          "gradients ready": len(accumulated)}, waits))
+        return None if work is None else _Handle(work, waits)
 
     _record_calls(("all_reduce",), record)
+    _watch_wait_all(phase)
     finish = fn(model, buckets)
     if not callable(finish):
         raise TypeError(f"the function returned {type(finish).__name__}, not a function: return finish, "
                         "the function that waits for the all-reduces and writes the averages back")
     mine = slice(rank * rows_per_rank, (rank + 1) * rows_per_rank)
     torch.nn.functional.mse_loss(model(inputs[mine]), targets[mine]).backward()
+    phase["backward returned"] = True
     finish()
-    return {"all_reduce calls": [{**launch, "waited on": handle is None or handle.waited_on()}
-                                 for launch, handle in launches],
+    return {"all_reduce calls": [{**launch, "waited during backward": waits.during_backward,
+                                  "waited on": waits.during_backward or waits.after_backward}
+                                 for launch, waits in launches],
             "gradients": [parameter.grad.tolist() for parameter in parameters]}
 
 
@@ -367,4 +437,28 @@ def run_cases(fn: Callable, call: str, cases: list[dict], time_limit_s: float) -
 def _error_text(error: BaseException) -> str:
     if isinstance(error, PlainDataError):
         return f"a result that cannot be graded: {error}"
-    return f"{type(error).__name__}: {error}"[:2000]
+    text = f"{type(error).__name__}: {error}"
+    lead = _rank_raised(str(error)) if type(error).__name__ == "RankFailure" else None
+    if lead is not None:  # the learner's exception line first, where a shortened message still shows it
+        text = f"RankFailure: {lead}\n{error}"
+    return shortened(text, 2000)
+
+
+def _rank_raised(message: str) -> str | None:
+    """``"rank r raised Type: message"`` from a ``RankFailure`` that leads with a rank's traceback."""
+    from course_lib.collectives.launch import _one_line
+
+    first, _, rest = message.partition("\n")
+    if not (first.startswith("rank ") and first.endswith(" raised:")):
+        return None
+    trace = rest.split("\nThe other ranks:\n", 1)[0]
+    return f"{first[:-1]} {_one_line(trace)}"
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters from the middle: its start (the exception line)
+    and its end (the traceback's last frames, the learner's own) both stay."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 5
+    return f"{text[:head].rstrip()}\n  [... {len(text) - limit} characters left out ...]\n{text[len(text) - (limit - head):].lstrip()}"

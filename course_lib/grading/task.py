@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from course_lib.grading.calls import shortened
 from course_lib.grading.values import PlainDataError, Rule, from_plain, goodness_of_fit, same_value, show, to_plain
 
 NOT_WRITTEN = "NotImplementedError: Your code here"  # what the starter raises (exercise.py), also from a rank
@@ -151,7 +152,7 @@ def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict
     if isinstance(error, str):
         hint = ("this task is not done yet: replace the `raise NotImplementedError(...)` line with your code"
                 if NOT_WRITTEN in error else "")
-        return CaseVerdict(call, case.why, False, expected_text, f"raised {error[:700]}", hint)
+        return CaseVerdict(call, case.why, False, expected_text, f"raised {shortened(error, 900)}", hint)
     return CaseVerdict(call, case.why, False, expected_text, "no result (the run stopped before this case)")
 
 

@@ -81,3 +81,28 @@ def test_timeouts_hold_for_chatty_ranks_and_name_async_waits():
     assert time.monotonic() - started < 12
     with pytest.raises(CollectiveTimeout, match="its last call \\(#1\\) was isend"):
         run_on_ranks(waits_on_an_isend, 2, timeout_s=3)
+
+
+def groups_made_differently():
+    if dist.get_rank() == 0:
+        dist.new_group([0, 1])  # the other rank makes a group of other ranks: rank 0 waits for it
+    else:
+        dist.new_group([1])
+        time.sleep(30)
+    return True
+
+
+def test_a_group_made_differently_on_each_rank_times_out_inside_new_group():
+    with pytest.raises(CollectiveTimeout, match="rank 0: inside new_group"):
+        run_on_ranks(groups_made_differently, 2, timeout_s=3)
+
+
+def subgroups_then_sum():
+    group, _ = dist.new_subgroups(2)  # calls new_group inside: one traced call, not several
+    value = torch.ones(1)
+    dist.all_reduce(value, group=group)
+    return value.item()
+
+
+def test_new_subgroups_is_traced_once_and_works():
+    assert run_on_ranks(subgroups_then_sum, 4, timeout_s=20) == [2.0] * 4

@@ -79,6 +79,30 @@ ALTERNATIVES = [
     """,
     """
     def install_bucketed_reducer(model, buckets):
+        # get_future().then(...) averages and copies back; finish() waits on the chained futures
+        params, futures = list(model.parameters()), []
+        missing = [len(bucket) for bucket in buckets]
+        bucket_of = {i: b for b, bucket in enumerate(buckets) for i in bucket}
+
+        def copy_back(future, bucket):
+            flat = future.value()[0] / dist.get_world_size()
+            for i, piece in zip(bucket, flat.split([params[i].numel() for i in bucket])):
+                params[i].grad.copy_(piece.view_as(params[i]))
+
+        def ready(i):
+            b = bucket_of[i]
+            missing[b] -= 1
+            if missing[b] == 0:
+                flat = torch.cat([params[j].grad.reshape(-1) for j in buckets[b]])
+                future = dist.all_reduce(flat, async_op=True).get_future()
+                futures.append(future.then(lambda f, bucket=buckets[b]: copy_back(f, bucket)))
+
+        for i, p in enumerate(params):
+            p.register_post_accumulate_grad_hook(lambda _, i=i: ready(i))
+        return lambda: torch.futures.wait_all(futures)
+    """,
+    """
+    def install_bucketed_reducer(model, buckets):
         # futures instead of handles, and fresh .grad tensors instead of copies
         params = list(model.parameters())
         futures = []
@@ -274,6 +298,16 @@ MISTAKES = [  # (wrong source, the hand-built case that must catch it, words the
                     parameters[i].grad.copy_(piece.view_as(parameters[i]))
         return finish
      """, "3 buckets", "after the last gradient"),
+    (reducer_with(ASYNC + "; launched[-1][0].wait()", """for work, buffer, bucket in launched:   # waits in the hook too
+                work.wait()
+                copy_back(buffer / dist.get_world_size(), bucket)"""), "3 buckets", "inside backward (in a hook)"),
+    (reducer_with("buffer = flat(bucket_of[index]); dist.all_reduce(buffer, async_op=True).wait(); "
+                  "copy_back(buffer / dist.get_world_size(), buckets[bucket_of[index]])",
+                  "pass   # everything was done in the hooks"), "3 buckets", "wait in finish()"),
+    (reducer_with("buffer = flat(bucket_of[index]); launched.append((dist.all_reduce(buffer, async_op=True).get_future(), buffer, buckets[bucket_of[index]]))",
+                  """for future, buffer, bucket in launched:   # asks whether it is done, never waits
+                future.done()
+                copy_back(buffer / dist.get_world_size(), bucket)"""), "3 buckets", "must wait on every handle"),
     (reducer_with(ASYNC, """for work, buffer, bucket in launched:   # never waits
                 copy_back(buffer / dist.get_world_size(), bucket)"""), "3 buckets", "must wait on every handle"),
     (reducer_with("buffer = flat(bucket_of[index]); dist.all_reduce(buffer); copy_back(buffer / dist.get_world_size(), buckets[bucket_of[index]])",
@@ -311,3 +345,16 @@ def test_a_reducer_that_returns_no_finish_is_told_so():
     """)
     assert not result.passed
     assert all("returned NoneType, not a function: return finish" in c.got for c in result.failures)
+
+
+def test_an_error_raised_on_a_rank_shows_its_own_line_however_long_its_traceback():
+    result = verdict(EXERCISE, "my_hierarchical_all_reduce", """
+        def my_hierarchical_all_reduce(tensor, ranks_per_node, depth=40):
+            if depth:   # a traceback far longer than the error text a case may show
+                return my_hierarchical_all_reduce(tensor, ranks_per_node, depth - 1)
+            raise ValueError("the shard of rank-specific padding went missing")
+    """)
+    assert not result.passed
+    for case in result.failures:
+        assert "ValueError: the shard of rank-specific padding went missing" in case.got.split("\n")[0], case.got
+        assert "characters left out" in case.got and "in my_hierarchical_all_reduce" in case.got

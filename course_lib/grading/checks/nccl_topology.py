@@ -7,7 +7,7 @@ full-batch gradients computed here on one process, ``collectives.buckets.assign_
 gradients. On the ranks, the learner's process also reports what its function handed to
 torch.distributed's calls (``calls.py``): the hierarchical all-reduce must send only shards
 across nodes, and the reducer must launch one asynchronous all-reduce per bucket as soon as
-that bucket's last gradient is ready, and wait on each.
+that bucket's last gradient is ready, and wait on each in ``finish()``, once backward has returned.
 """
 
 from __future__ import annotations
@@ -225,7 +225,8 @@ def _accumulation_order(world_size: int, rows_per_rank: int) -> tuple[list[list[
 
 def reducer_expected(world_size: int, rows_per_rank: int, buckets: list[list[int]]) -> list:
     """Every rank's gradients are the full batch's, and bucket b's all-reduce is asynchronous, of
-    the bucket's elements, launched the moment buckets 0..b have all their gradients, and waited on."""
+    the bucket's elements, launched the moment buckets 0..b have all their gradients, and waited on
+    only once backward has returned (in ``finish()``)."""
     gradients, order = _accumulation_order(world_size, rows_per_rank)
     sizes = [p.numel() for p in reducer_problem(world_size, rows_per_rank)[0].parameters()]
     position = {index: place for place, index in enumerate(order)}
@@ -233,7 +234,7 @@ def reducer_expected(world_size: int, rows_per_rank: int, buckets: list[list[int
     for bucket in buckets:
         ready = max(ready, 1 + max(position[index] for index in bucket))
         calls.append({"elements": sum(sizes[index] for index in bucket), "async_op": True, "gradients ready": ready,
-                      "waited on": True})
+                      "waited during backward": False, "waited on": True})
     return [{"all_reduce calls": calls, "gradients": gradients}] * world_size
 
 
@@ -273,6 +274,10 @@ def _reducer_hint(case: Case, expected, got) -> str | None:
         if elements != [call["elements"] for call in want]:
             return (f"one all_reduce per bucket, bucket 0 first, of all its gradients flattened into one buffer "
                     f"(torch.cat): {[call['elements'] for call in want]} elements; yours were {elements}")
+        early = [b for b, call in enumerate(calls) if call["waited during backward"]]
+        if early:
+            return (f"you waited on bucket {early[0]} inside backward (in a hook): that holds backward up exactly like "
+                    "async_op=False; wait in finish()")
         if not all(call["waited on"] for call in calls):
             return ("finish() must wait on every handle (work.wait()) before it reads the buffers: an asynchronous "
                     "all-reduce may still be running")
