@@ -7,6 +7,7 @@ from course_lib.perf.interconnect import INFINIBAND_HDR, INFINIBAND_NDR, NVLINK_
 from course_lib.perf.topology import (
     ALL_REDUCES,
     Cluster,
+    all_reduce_latency,
     all_reduce_time,
     cluster_of,
     compare_all_reduce,
@@ -15,13 +16,16 @@ from course_lib.perf.topology import (
     h100_cluster,
     hierarchical_crossing,
     hierarchical_time,
+    nccl_ring_all_gather_time,
     nccl_ring_crossing,
     nccl_ring_time,
+    tree_network_volume,
     tree_time,
 )
 from course_lib.perf.units import GiB, MiB
 
 NV, IB = 450e9, 50e9  # bytes per second, one direction
+RINGS_2X8 = 28 * 1e-6 + 2 * 5e-6  # NCCL's count on 2 x 8: 2(N-M) = 28 NVLink hops, 2(M-1) = 2 InfiniBand
 
 
 def test_a_flat_ring_crosses_only_at_each_nodes_last_rank():
@@ -79,12 +83,31 @@ def test_nccl_rings_put_n_minus_1_over_m_minus_1_times_l_more_bytes_per_nic_than
 
 def test_nccl_rings_by_hand():
     cluster = h100_cluster(2, 8)  # 8 NICs per node: 400 GB/s, a little below NVLink's 450
-    assert nccl_ring_time(cluster, GiB) == pytest.approx(30 * 5e-6 + 2 * 15 / 16 * GiB / (8 * IB))  # 5.18 ms
-    assert nccl_ring_time(h100_cluster(2, 8, nics_per_node=1), GiB) == pytest.approx(flat_ring_time(cluster, GiB))
+    assert nccl_ring_time(cluster, GiB) == pytest.approx(RINGS_2X8 + 2 * 15 / 16 * GiB / (8 * IB))  # 5.07 ms
+    assert nccl_ring_time(cluster, 0) == all_reduce_latency(cluster) == pytest.approx(38e-6)
+    one_nic = h100_cluster(2, 8, nics_per_node=1)  # one ring's bandwidth again, but not its lock-step latency
+    assert nccl_ring_time(one_nic, GiB) - RINGS_2X8 == pytest.approx(flat_ring_time(cluster, GiB) - 30 * 5e-6)
     fast_nics = Cluster(2, 8, get_link(NVLINK_4), Link("800 Gb/s NIC", 5e-6, 100e9))  # 8 x 100 GB/s > NVLink
-    assert nccl_ring_time(fast_nics, GiB) == pytest.approx(30 * 5e-6 + 2 * 15 / 16 * GiB / NV)
+    assert nccl_ring_time(fast_nics, GiB) == pytest.approx(RINGS_2X8 + 2 * 15 / 16 * GiB / NV)
     two_nics = h100_cluster(2, 8, nics_per_node=2)
-    assert nccl_ring_time(two_nics, MiB) == pytest.approx(30 * 5e-6 + 2 * 15 / 16 * MiB / (2 * IB))
+    assert nccl_ring_time(two_nics, MiB) == pytest.approx(RINGS_2X8 + 2 * 15 / 16 * MiB / (2 * IB))
+    many = h100_cluster(64, 8)  # 2 x 448 NVLink hops, 2 x 63 InfiniBand ones
+    assert all_reduce_latency(many) == pytest.approx(896 * 1e-6 + 126 * 5e-6)
+    assert all_reduce_latency(many, "flat ring") == pytest.approx(1022 * 5e-6)  # lock-step: every step a NIC's
+
+
+@pytest.mark.parametrize("nodes, nics", [(1, 8), (2, 8), (2, 1), (4, 2), (64, 8)])
+def test_nccl_rings_never_take_longer_than_the_lock_step_ring(nodes, nics):
+    cluster = h100_cluster(nodes, 8, nics)
+    for size in (0, MiB, GiB):
+        assert nccl_ring_time(cluster, size) <= flat_ring_time(cluster, size) * (1 + 1e-12)
+
+
+def test_nccl_all_gather_is_half_the_rings():
+    node, two = h100_cluster(1, 8), h100_cluster(2, 8)
+    assert nccl_ring_all_gather_time(node, MiB) == pytest.approx(7 * 1e-6 + 7 / 8 * MiB / NV)
+    assert nccl_ring_all_gather_time(two, MiB) == pytest.approx(14 * 1e-6 + 5e-6 + 15 / 16 * MiB / (8 * IB))
+    assert 2 * nccl_ring_all_gather_time(two, GiB) == pytest.approx(nccl_ring_time(two, GiB))
 
 
 def test_hierarchical_puts_l_over_r_shards_through_each_nic():
@@ -98,7 +121,17 @@ def test_tree_by_hand():
     cluster = h100_cluster(64, 8)  # 2 x 7 NVLink hops along the chain, 2 x 6 levels of the tree over 64 nodes
     assert tree_time(cluster, 25 * MiB) == pytest.approx(14 * 1e-6 + 12 * 5e-6 + 2 * 25 * MiB / (8 * IB))
     assert tree_time(h100_cluster(3, 8, 1), MiB) == pytest.approx(14 * 1e-6 + 2 * 5e-6 + 2 * MiB / IB)
-    assert tree_time(cluster, 0) < nccl_ring_time(cluster, 0) / 50  # 74 us against 2 x 511 hops
+    assert tree_time(cluster, 0) < nccl_ring_time(cluster, 0) / 20  # 74 us against 1.53 ms
+    assert tree_time(cluster, 0) < flat_ring_time(cluster, 0) / 50  # against the lock-step 2 x 511 NIC hops
+    # two nodes: each tree a root and a leaf, so each node sends K (not 2K) through its NICs
+    assert tree_time(h100_cluster(2, 8, 1), GiB) == pytest.approx(14 * 1e-6 + 2 * 5e-6 + GiB / IB)
+    # with 8 NICs the K through them (400 GB/s) is faster than the chain's 2K over NVLink
+    assert tree_time(h100_cluster(2, 8), GiB) == pytest.approx(14 * 1e-6 + 2 * 5e-6 + 2 * GiB / NV)
+    assert tree_time(h100_cluster(4, 8, 1), GiB) == pytest.approx(14 * 1e-6 + 4 * 5e-6 + 2 * GiB / IB)
+
+
+def test_the_double_binary_tree_sends_k_per_node_on_two_nodes_and_2k_beyond():
+    assert [tree_network_volume(m) for m in (1, 2, 3, 4, 64)] == [0, 1, 2, 2, 2]
 
 
 def test_the_nccl_tests_run_on_200_gbps_nics_lies_between_the_models():
@@ -107,6 +140,9 @@ def test_the_nccl_tests_run_on_200_gbps_nics_lies_between_the_models():
     phases = hierarchical_time(cluster, GiB)
     pipelined = max(phases.reduce_scatter_s, phases.across_nodes_s, phases.all_gather_s)
     assert pipelined < 6.76e-3 < phases.total_s < nccl_ring_time(cluster, GiB)
+    # the tree's K through 8 x 25 GB/s: 24 us + 5.37 ms, below the measurement; rings 10.1 ms, above
+    assert tree_time(cluster, GiB) == pytest.approx(14 * 1e-6 + 2 * 5e-6 + GiB / (8 * 25e9))
+    assert tree_time(cluster, GiB) < 6.76e-3 < nccl_ring_time(cluster, GiB) == pytest.approx(10.10e-3, rel=1e-3)
     assert flat_ring_time(cluster, GiB) > 10 * 6.76e-3  # one ring through one NIC: far too slow
 
 
@@ -120,12 +156,15 @@ def test_times_on_two_h100_nodes_by_hand():
     small, large = compare_all_reduce(MiB), compare_all_reduce(GiB)
     assert small.flat_s == pytest.approx(150e-6 + 2 * 15 / 16 * MiB / IB)
     assert large.speedup > 5 and small.speedup > 5  # against the single ring
-    # against NCCL's rings the hierarchical scheme wins small messages (2 network hops, not 30) only
-    assert small.nccl_ring_s > 4 * small.hierarchical.total_s and large.nccl_ring_s < large.hierarchical.total_s
+    # against NCCL's rings (38 us of latency: 28 NVLink hops and 2 InfiniBand ones) the hierarchical
+    # scheme (24 us: 14 and 2) wins small messages only
+    assert small.nccl_ring_s == pytest.approx(RINGS_2X8 + 2 * 15 / 16 * MiB / (8 * IB))
+    assert small.nccl_ring_s > 1.3 * small.hierarchical.total_s and large.nccl_ring_s < large.hierarchical.total_s
     assert large.nccl_ring_s == nccl_ring_time(large.cluster, GiB) and large.tree_s == tree_time(large.cluster, GiB)
     assert large.nccl_ring_crossing == nccl_ring_crossing(large.cluster, GiB)
     one_nic = compare_all_reduce(GiB, nics_per_node=1)
-    assert one_nic.nccl_ring_s == pytest.approx(one_nic.flat_s)  # one NIC: one ring's bandwidth again
+    # one NIC: one ring's bandwidth again; the latency is still NCCL's count, not lock-step
+    assert one_nic.nccl_ring_s - RINGS_2X8 == pytest.approx(one_nic.flat_s - 30 * 5e-6)
     assert one_nic.hierarchical.across_nodes_s == pytest.approx(2 * 5e-6 + GiB / IB)
 
 
@@ -161,7 +200,7 @@ def test_bad_clusters_say_what_to_change(args, message):
 
 
 def test_negative_bytes_and_unknown_algorithms_are_refused():
-    for call in (flat_ring_crossing, nccl_ring_crossing, nccl_ring_time, tree_time):
+    for call in (flat_ring_crossing, nccl_ring_crossing, nccl_ring_time, nccl_ring_all_gather_time, tree_time):
         with pytest.raises(ValueError, match="num_bytes must be 0 or more"):
             call(h100_cluster(2, 8), -1)
     with pytest.raises(ValueError, match="all_reduce must be one of"):

@@ -11,11 +11,13 @@ can hide behind compute, or adds to it, depends on where it sits in the step:
   tensor parallel two all-reduces per layer (after attention, after the MLP) of tokens x hidden
                   x 2 bytes. The next matmul needs the sum, so they add to the step time.
   pipeline        activations (tokens x hidden x 2 bytes) cross each stage boundary once per
-                  micro-batch; micro-batches keep every stage busy.
+                  micro-batch, 1/TP from each TP rank, all-gathered on the receiving side (as
+                  vLLM does); micro-batches keep every stage busy.
 
 All-reduces are NCCL's rings by default (``course_lib.perf.topology``): inside one node they run
-on NVLink; across nodes every step pays an InfiniBand hop's latency, and the bytes go through
-all of a node's NICs (``nics_per_node``, one per GPU by default). H100 nodes of 8: NVLink 4
+on NVLink; across M nodes their latency is NCCL's own count, 2(M-1) InfiniBand hops and the
+rest NVLink ones (no barrier between steps), and the bytes go through all of a node's NICs
+(``nics_per_node``, one per GPU by default). H100 nodes of 8: NVLink 4
 inside (450 GB/s each way), InfiniBand NDR between (400 Gb/s = 50 GB/s per NIC).
 """
 
@@ -28,7 +30,15 @@ from course_lib.checks import require_count, require_fraction, require_positive
 from course_lib.perf.hardware import get_gpu, tensor_parallel_group
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.roofline import Efficiency, step_cost
-from course_lib.perf.topology import ALL_REDUCES, Cluster, all_reduce_time, cluster_of, h100_cluster
+from course_lib.perf.topology import (
+    ALL_REDUCES,
+    Cluster,
+    all_reduce_latency,
+    all_reduce_time,
+    cluster_of,
+    h100_cluster,
+    nccl_ring_all_gather_time,
+)
 from course_lib.perf.units import MiB
 
 DDP_BUCKET_BYTES = 25 * MiB
@@ -52,11 +62,12 @@ class DDPStep:
     """
 
     num_gpus: int
-    link: str  # the link whose hop paces each step of the all-reduce: NVLink in a node, else InfiniBand
+    link: str  # the slowest link the all-reduce crosses: NVLink in a node, else InfiniBand
     tokens_per_gpu: int
     compute_s: float
     comm_s: float  # every bucket's all-reduce, one after another
-    latency_s: float  # comm_s's alpha part: buckets x one all-reduce of 0 bytes (rings: 2(N-1) alpha)
+    latency_s: float  # comm_s's alpha part for ``all_reduce``: buckets x its time for 0 bytes
+    # (NCCL's rings: 2(N-M) alpha_n + 2(M-1) alpha_x; tree: 2(L-1) alpha_n + 2 log2 M alpha_x)
     num_buckets: int
     one_node_step_s: float  # the same step on one full node: the reference for scaling
     all_reduce: str  # one of ALL_REDUCES
@@ -101,7 +112,7 @@ def _gradient_all_reduce(cluster: Cluster, grad_bytes: float, bucket_bytes: floa
     last = grad_bytes - (buckets - 1) * bucket_bytes
     total = ((buckets - 1) * all_reduce_time(cluster, bucket_bytes, all_reduce)
              + all_reduce_time(cluster, last, all_reduce))
-    return total, buckets * all_reduce_time(cluster, 0, all_reduce), buckets
+    return total, buckets * all_reduce_latency(cluster, all_reduce), buckets
 
 
 def ddp_step(num_gpus: int, model: str = "Llama-3.2-1B", gpu: str = "H100-80GB", tokens_per_gpu: int = 4096,
@@ -139,10 +150,11 @@ def ddp_sweep(gpu_counts: tuple[int, ...] = DDP_GPU_COUNTS, **kwargs) -> list[DD
     """``ddp_step`` at each GPU count (same keyword arguments), for the "throughput per GPU
     collapses from 8 to 512 GPUs" diagnosis. With NCCL's rings on rail-optimised nodes (a NIC
     per GPU) the bandwidth hardly drops at the node boundary: 8 NICs x 50 GB/s = 400 GB/s
-    against NVLink's 450 GB/s each way. The collapse comes from the rings' 2(N-1) InfiniBand
-    alphas per bucket, which grow with N: the reason NCCL turns to trees (log M network hops)
-    at scale, ``all_reduce="tree"``. With one NIC per node (``nics_per_node=1``) the bandwidth
-    collapses at the boundary instead, 50 GB/s against 450."""
+    against NVLink's 450 GB/s each way. The collapse comes from the rings' latency per bucket,
+    2(N-M) NVLink alphas and 2(M-1) InfiniBand ones, which grows with N: the reason NCCL turns
+    to trees (2 log2 M network hops and 2(L-1) NVLink ones) at scale, ``all_reduce="tree"``.
+    With one NIC per node (``nics_per_node=1``) the bandwidth collapses at the boundary
+    instead, 50 GB/s against 450."""
     return [ddp_step(n, **kwargs) for n in gpu_counts]
 
 
@@ -212,7 +224,7 @@ def tp_layer(tp: int, num_tokens: int, phase: str = "decode", context_tokens: in
              nics_per_node: int | None = None) -> TPLayer:
     """A layer's compute (the roofline of ``course_lib.perf.roofline``: FLOPs or weight and KV
     bytes, whichever is slower, divided over the layers) and its two all-reduces, for a TP group
-    inside one node (NVLink) or spanning whole nodes (every step paced by an InfiniBand hop).
+    inside one node (NVLink) or spanning whole nodes (InfiniBand hops at the node boundaries).
     Decode: ``num_tokens`` sequences; prefill: one prompt of ``num_tokens``."""
     spec = get_model(model)
     requests = _requests(phase, num_tokens, context_tokens, num_tokens)
@@ -228,7 +240,7 @@ class ParallelLayout:
     pp micro-batches per pipeline.
 
     ``latency_s`` is what one batch waits: every stage in turn, with its TP all-reduces and
-    the activation sends between stages (the sampled token ids that return to the first stage, a
+    the activation hand-offs between stages (``pp_comm_s``: each a send and an all-gather) (the sampled token ids that return to the first stage, a
     few bytes, are left out); for decode it is the inter-token latency. In steady state the pp
     micro-batches take turns on the stages, so every GPU is busy and each batch moves on once
     per ``latency_s``: ``tokens_per_s`` = total_tokens / latency_s. (With a single batch in flight
@@ -245,7 +257,7 @@ class ParallelLayout:
     pp_link: str  # the slowest link between stages; "" without pipeline stages
     compute_s: float  # summed over the stages
     tp_comm_s: float  # 2 all-reduces per layer, every layer
-    pp_comm_s: float  # activations across the pp - 1 stage boundaries
+    pp_comm_s: float  # activations across the pp - 1 stage boundaries: sends of 1/tp, then all-gathers
 
     @property
     def latency_s(self) -> float:
@@ -283,9 +295,8 @@ def parallel_layout(tp: int, pp: int = 1, dp: int = 1, phase: str = "decode", nu
     """``model`` laid out as TP x PP (x DP replicas) on H100 nodes, serving ``num_tokens`` in
     total (decode: sequences, each with ``context_tokens`` cached; prefill: prompts of
     ``prompt_tokens``), split into pp x dp equal batches. Stage s holds layers [s L/pp,
-    (s+1) L/pp) on GPUs [s tp, (s+1) tp) of its replica. Between stages each TP rank sends the
-    whole activations to its peer, all at once, through its NIC (ranks that share a NIC, when a
-    node has fewer than one per GPU, send one after another)."""
+    (s+1) L/pp) on GPUs [s tp, (s+1) tp) of its replica. Between stages the activations move as
+    vLLM moves them (``send_tensor_dict`` with ``all_gather_group``): see ``stage_handoff_s``."""
     for name, value in (("tp", tp), ("pp", pp), ("dp", dp)):
         require_count(name, value)
     spec, chip = get_model(model), get_gpu(gpu)
@@ -303,11 +314,35 @@ def parallel_layout(tp: int, pp: int = 1, dp: int = 1, phase: str = "decode", nu
     node = h100_cluster(1, gpus_per_node, nics_per_node)
     crosses = [s * tp // gpus_per_node != (s + 1) * tp // gpus_per_node for s in range(pp - 1)]
     activation_bytes = batch * spec.hidden_size * BF16_BYTES
-    sends = [node.across_nodes.time(activation_bytes * min(tp, node.gpus_per_nic)) if crossing
-             else node.in_node.time(activation_bytes) for crossing in crosses]
+    sends = [stage_handoff_s(activation_bytes, tp, crossing, gpus_per_node, nics_per_node) for crossing in crosses]
     slowest = "" if not crosses else (node.across_nodes if any(crosses) else node.in_node).name
     return ParallelLayout(_layout_name(tp, pp, dp), tp, pp, dp, phase, batch,
                           cluster_of(tp, gpus_per_node).ring_link.name, slowest, compute_s, tp_comm_s, sum(sends))
+
+
+def stage_handoff_s(activation_bytes: float, tp: int, across_nodes: bool, gpus_per_node: int = 8,
+                    nics_per_node: int | None = None) -> float:
+    """Seconds to hand ``activation_bytes`` (one micro-batch's tokens x hidden, bf16) from one
+    pipeline stage of ``tp`` ranks to the next, as vLLM does: each TP rank sends its 1/tp of
+    them to its peer, then the receiving stage all-gathers them (NCCL's rings).
+
+    The send: across nodes, through the rank's NIC, which the min(tp, gpus_per_nic) ranks
+    sharing it send through one after another, back to back (one alpha_x):
+    alpha_x + min(tp, gpus_per_nic) x activation_bytes / tp / NIC bandwidth. Inside one node,
+    over NVLink, every rank on its own link: alpha_n + activation_bytes / tp / NVLink bandwidth.
+    The all-gather over the receiving tp ranks: (tp-1) alpha_n + (tp-1)/tp x activation_bytes
+    / NVLink bandwidth when they share a node (none for tp = 1); a stage wider than a node
+    all-gathers with NCCL's rings over its nodes (``nccl_ring_all_gather_time``).
+    """
+    require_count("tp", tp)
+    node = h100_cluster(1, gpus_per_node, nics_per_node)
+    share = activation_bytes / tp
+    if across_nodes:
+        send_s = node.across_nodes.alpha_s + min(tp, node.gpus_per_nic) * share * node.across_nodes.beta
+    else:
+        send_s = node.in_node.time(share)
+    gather_s = nccl_ring_all_gather_time(cluster_of(tp, gpus_per_node, nics_per_node), activation_bytes)
+    return send_s + gather_s
 
 
 def two_node_layouts(decode_tokens: int = 128, prefill_tokens: int = 4096, context_tokens: int = 1024,
@@ -322,11 +357,12 @@ def two_node_layouts(decode_tokens: int = 128, prefill_tokens: int = 4096, conte
     micro-batches of half, TP=8 x DP=2 as half per replica.
 
     TP=16's 2 x layers all-reduces sit on the critical path and cross the network. With NCCL's
-    rings each pays 2 x 15 InfiniBand hops of latency, which dominates decode's small messages:
-    on the defaults the fix serves about 2.9x TP=16's tokens/s in decode and 1.5x in prefill.
-    ``all_reduce="hierarchical"`` or ``"tree"`` cut those hops to a few: TP=16 then comes within
-    a few percent of the fix in decode, and prefill's large all-reduces still cost it about
-    1.3-1.5x. So how much the bug costs in decode rests on the all-reduce's latency."""
+    rings each pays 38 us of latency (28 NVLink hops and 2 InfiniBand ones), against 14 us
+    inside a node: on the defaults the fix serves about 1.23x TP=16's tokens/s in decode and
+    1.34x in prefill. ``all_reduce="tree"`` cuts the latency to 24 us: TP=16 then comes within
+    about 1-2% of the fix in decode, while prefill's large all-reduces still cost it about 1.3x
+    (1.5x with the hierarchical scheme's added-up phases). So how much the bug costs in decode
+    rests on the all-reduce's latency."""
     shapes = [(2 * gpus_per_node, 1, 1), (gpus_per_node, 2, 1), (gpus_per_node, 1, 2)]
     return [parallel_layout(tp, pp, dp, phase, tokens, context, model, gpu, gpus_per_node, efficiency, all_reduce,
                             nics_per_node, prompt_tokens)

@@ -12,14 +12,19 @@ An all-reduce of K bytes (alpha_n, beta_n: NVLink; alpha_x, beta_x: one NIC):
                  does on real ranks. One ring over all N ranks, r -> r + 1. Every rank sends
                  2(N-1)/N K, but only the last rank of each node sends to another node: M
                  NICs carry 2(N-1)/N K across each, 2M(N-1)/N K in all, and the other NICs
-                 stay idle. Each of the 2(N-1) steps waits for its slowest hop, a cross-node
-                 one when M > 1:
+                 stay idle. Timed lock-step, the pessimistic whiteboard bound: each of the
+                 2(N-1) steps waits for its slowest hop, a cross-node one when M > 1, as the
+                 course's hand-written ring with its blocking exchanges does:
                    time = 2(N-1) alpha_x + 2(N-1)/N K beta_x
   NCCL rings     what NCCL runs instead: R rings (channels), each on K/R of the buffer, each
                  crossing every node boundary through its own NIC. The same bytes cross as for
                  the single ring, spread evenly over all M x R NICs. Per step each GPU sends the
-                 rings' chunks over NVLink together, while each NIC carries one ring's:
-                   time = 2(N-1) alpha_x + 2(N-1)/N K max(beta_n, beta_x / R)
+                 rings' chunks over NVLink together, while each NIC carries one ring's.
+                 No barrier between steps: a chunk's critical path crosses each hop with that
+                 hop's own latency, 2(M-1) network hops and 2(N-M) NVLink ones, as NCCL's tuner
+                 counts it (src/graph/tuning.cc: (nsteps - nInterSteps) intraLat + nInterSteps
+                 interLat, nsteps = 2(N-1), nInterSteps = 2(M-1)):
+                   time = 2(N-M) alpha_n + 2(M-1) alpha_x + 2(N-1)/N K max(beta_n, beta_x / R)
   hierarchical   (1) reduce-scatter inside each node: each local rank ends with 1/L of its
                  node's sum, (L-1) alpha_n + (L-1)/L K beta_n; (2) all-reduce of those shards
                  across the M nodes, one ring per local rank, the L/R shards of a NIC's GPUs
@@ -27,25 +32,28 @@ An all-reduce of K bytes (alpha_n, beta_n: NVLink; alpha_x, beta_x: one NIC):
                  the node, as (1). Every rank sends 2(M-1)/M K/L across: 2(M-1) K in all.
   tree           NCCL's tree: a chain through the GPUs of each node and a double binary tree
                  over the nodes, pipelined, R of them side by side. Its first chunk climbs
-                 (L-1) NVLink and floor(log2 M) network hops and comes back down; each node
-                 sends 2K through its R NICs (the double binary tree's volume: an interior
-                 node's, so an upper bound on few nodes; on 2 each sends K) and each GPU 2K
-                 along the chain:
-                   time = 2(L-1) alpha_n + 2 floor(log2 M) alpha_x + 2K max(beta_n, beta_x / R)
+                 (L-1) NVLink and floor(log2 M) network hops and comes back down (NCCL's
+                 tuner: 2((N/M - 1) intraLat + log2 M interLat)). Each GPU sends 2K along the
+                 chain (up, then down); each node sends V K through its R NICs, V = 2 (an
+                 interior node of both trees: K/2 up and K/2 down in each; most nodes, for
+                 large M), but V = 1 on M = 2, where each tree is one root and one leaf: each
+                 node sends K/2 up in one tree and K/2 down in the other:
+                   time = 2(L-1) alpha_n + 2 floor(log2 M) alpha_x + max(2K beta_n, V K beta_x / R)
                  NCCL uses trees only across nodes; on one node this is the NCCL rings' time.
 
 Bytes through the busiest NIC: the single ring's is (N-1)/(M-1) x R/L times the hierarchical
 scheme's ((N-1)/(M-1) with a NIC per GPU); NCCL's rings send (N-1)/((M-1) L) times the
-hierarchical scheme's through every NIC (15/8 on 2 x 8). Latency: the rings pay 2(N-1)
-network-paced steps, the hierarchical scheme 2(M-1), the tree 2 log2 M (each plus NVLink
-hops). The byte counts are
+hierarchical scheme's through every NIC (15/8 on 2 x 8). Latency: NCCL's rings and the hierarchical
+scheme cross 2(M-1) network hops, the tree 2 log2 M, each plus NVLink hops: 2(N-M) for the
+rings, 2(L-1) for the others; only the lock-step single ring pays 2(N-1) network alphas. An
+algorithm's alpha part is its time for 0 bytes (``all_reduce_latency``). The byte counts are
 exact, equal to what real ranks count, when the element count divides by N.
 
 What the model leaves out. NCCL pipelines the phases of its hierarchical and tree
 algorithms, where this model adds them up (the hierarchical total is an upper bound). It picks
 the algorithm and protocol (LL, LL128, Simple) per size from measured tuning tables, so small
-messages across nodes go by tree and low-latency protocols, not by the rings' 2(N-1) network
-steps, and at scale it switches to trees. It uses NVLink SHARP (NVLS, in-switch reduction on
+messages across nodes go by tree and low-latency protocols (whose per-hop latencies are not
+this model's alphas), and at scale it switches to trees. It uses NVLink SHARP (NVLS, in-switch reduction on
 NVSwitch systems) and SHARP in InfiniBand switches where they exist. Congestion and the PCIe
 path between a GPU and its NIC, left out too, make real times longer.
 """
@@ -98,8 +106,9 @@ class Cluster:
 
     @property
     def ring_link(self) -> Link:
-        """The link whose hop paces every step of a ring over all GPUs: across nodes once there
-        are several (the single ring's bandwidth too; NCCL's rings share it over the NICs)."""
+        """The slowest hop of a ring over all GPUs: across nodes once there are several. It
+        paces every step of the lock-step single ring (latency and bandwidth); NCCL's rings
+        cross it 2(M-1) times and share its bandwidth over the NICs."""
         return self.across_nodes if self.nodes > 1 else self.in_node
 
 
@@ -183,8 +192,10 @@ def hierarchical_crossing(cluster: Cluster, num_bytes: float) -> Crossing:
 
 
 def flat_ring_time(cluster: Cluster, num_bytes: float) -> float:
-    """Seconds for the single ring: every step paced by its slowest hop (across nodes, one NIC,
-    when there are several nodes)."""
+    """Seconds for the single ring, lock-step: the pessimistic whiteboard bound. Every one of
+    the 2(N-1) steps is paced by its slowest hop (across nodes, one NIC, when there are several
+    nodes), as in the course's hand-written ring with its blocking exchanges. Real rings have
+    no barrier between steps: see ``nccl_ring_time``."""
     _require_bytes(num_bytes)
     link = cluster.ring_link
     return RING.time(cluster.num_gpus, num_bytes, link.alpha_s, link.beta)
@@ -198,22 +209,54 @@ def _rings_beta(cluster: Cluster) -> float:
     return max(cluster.in_node.beta, cluster.across_nodes.beta / cluster.nics_per_node)
 
 
+def _ring_latency(cluster: Cluster, steps: int, network_steps: int) -> float:
+    """NCCL's ring latency: ``network_steps`` of the ``steps`` cross a node boundary and pay
+    alpha_x, the rest pay alpha_n (no barrier between steps: each hop its own latency)."""
+    return (steps - network_steps) * cluster.in_node.alpha_s + network_steps * cluster.across_nodes.alpha_s
+
+
 def nccl_ring_time(cluster: Cluster, num_bytes: float) -> float:
-    """Seconds for NCCL's R rings on K/R each: 2(N-1) network-paced steps, 2(N-1)/N K at the
-    slower of NVLink and R NICs. Equal to ``flat_ring_time`` on one node."""
+    """Seconds for NCCL's R rings on K/R each: 2(N-M) alpha_n + 2(M-1) alpha_x (NCCL's tuner's
+    count) + 2(N-1)/N K at the slower of NVLink and R NICs. Equal to ``flat_ring_time`` on one
+    node; never more than it."""
     _require_bytes(num_bytes)
-    return RING.time(cluster.num_gpus, num_bytes, cluster.ring_link.alpha_s, _rings_beta(cluster))
+    n, m = cluster.num_gpus, cluster.nodes
+    return (_ring_latency(cluster, 2 * (n - 1), 2 * (m - 1))
+            + RING.volume(n) * num_bytes * _rings_beta(cluster))
+
+
+def nccl_ring_all_gather_time(cluster: Cluster, num_bytes: float) -> float:
+    """Seconds for NCCL's rings to all-gather ``num_bytes`` in all (K/N from each rank): half
+    an all-reduce, (N-M) alpha_n + (M-1) alpha_x + (N-1)/N K at the rings' speed; on one node
+    (N-1) alpha_n + (N-1)/N K beta_n."""
+    _require_bytes(num_bytes)
+    n, m = cluster.num_gpus, cluster.nodes
+    return _ring_latency(cluster, n - 1, m - 1) + (n - 1) / n * num_bytes * _rings_beta(cluster)
+
+
+def tree_network_volume(nodes: int) -> float:
+    """Bytes per byte all-reduced that a node sends across in NCCL's double binary tree: 1 on
+    2 nodes (each tree is a root and a leaf: K/2 up in one tree, K/2 down in the other), 2
+    otherwise (each tree carries K/2; a node is interior in one tree, K/2 up and K/2 down to
+    each of two children, and a leaf in the other, K/2 up: 2K, exact for large M, an upper
+    bound on few nodes), 0 on one node."""
+    require_count("nodes", nodes)
+    return 0.0 if nodes == 1 else 1.0 if nodes == 2 else 2.0
 
 
 def tree_time(cluster: Cluster, num_bytes: float) -> float:
     """Seconds for NCCL's trees across nodes: 2(L-1) alpha_n + 2 floor(log2 M) alpha_x +
-    2K max(beta_n, beta_x / R); on one node NCCL's rings."""
+    max(2K beta_n, V K beta_x / R), pipelined so the slower of the in-node chain (2K over
+    NVLink) and the NICs (V = ``tree_network_volume(M)``: 1 on 2 nodes, else 2) sets the pace;
+    on one node NCCL's rings."""
     _require_bytes(num_bytes)
     if cluster.nodes == 1:
         return nccl_ring_time(cluster, num_bytes)
     m, inside, across = cluster.nodes, cluster.in_node, cluster.across_nodes
+    chain_s = 2 * num_bytes * inside.beta
+    network_s = tree_network_volume(m) * num_bytes * across.beta / cluster.nics_per_node
     return (2 * (cluster.gpus_per_node - 1) * inside.alpha_s + DOUBLE_BINARY_TREE.hops(m) * across.alpha_s
-            + DOUBLE_BINARY_TREE.volume(m) * num_bytes * _rings_beta(cluster))
+            + max(chain_s, network_s))
 
 
 @dataclass(frozen=True)
@@ -251,6 +294,12 @@ def all_reduce_time(cluster: Cluster, num_bytes: float, algorithm: str = "nccl r
     if algorithm == "flat ring":
         return flat_ring_time(cluster, num_bytes)
     raise ValueError(f"all_reduce must be one of {ALL_REDUCES}, got {algorithm!r}.")
+
+
+def all_reduce_latency(cluster: Cluster, algorithm: str = "nccl rings") -> float:
+    """The alpha part of ``all_reduce_time``: its time for 0 bytes (every model here is alpha
+    terms plus a term proportional to the bytes)."""
+    return all_reduce_time(cluster, 0, algorithm)
 
 
 @dataclass(frozen=True)
