@@ -25,9 +25,10 @@ How a function is called (a task's ``call``):
                      torch.distributed's calls, and returns per tensor ``{"too much across nodes": [...],
                      "tensor": its contents after the call}``: the calls that spanned nodes (a group
                      with ranks on two or more nodes, a send to another node) and were handed more than
-                     one shard, ceil(n / ranks_per_node) elements, plus one record for all of them
-                     together when they were handed more than two shards in all
-  bucketed_reducer   args ``(world_size, rows_per_rank, buckets)``; every rank builds the same
+                     one shard (``shard_allowance``), plus one record for all of them together when
+                     they were handed more than two shards in all, plus those that spanned nodes but
+                     left this rank's cross-node group (the ranks with its local rank)
+  bucketed_reducer   args ``(world_size, rows_per_rank, buckets[, registration])``; every rank builds the same
                      ``reducer_problem`` model and data, calls ``finish = fn(model, buckets)``,
                      back-propagates the MSE loss of its own rows, calls ``finish()``, and returns
                      ``{"all_reduce calls": [...], "gradients": each parameter's .grad}``: for each
@@ -207,11 +208,20 @@ def _handed_in(name: str, arguments: dict) -> list[tuple[str, list[int], int]]:
     return [(name, dist.get_process_group_ranks(group), _numel(arguments[HANDED_IN[name]]))]
 
 
-def too_much_across_nodes(handed: list[tuple[str, list[int], int]], ranks_per_node: int, numel: int) -> list[dict]:
-    """The calls among ``handed`` that spanned nodes and were handed more than one shard of a
-    ``numel``-element tensor, then one record for them all when together they were handed more
-    than two shards."""
-    shard = -(-numel // ranks_per_node)
+def shard_allowance(numel: int, world_size: int, ranks_per_node: int) -> int:
+    """The most elements one cross-node call may be handed: a shard, ceil(numel / ranks_per_node),
+    or a shard of the tensor padded to a multiple of the world size (equal chunks for a ring
+    across the nodes too), ceil(numel / world_size) x the number of nodes, whichever is more."""
+    return max(-(-numel // ranks_per_node), -(-numel // world_size) * (world_size // ranks_per_node))
+
+
+def too_much_across_nodes(handed: list[tuple[str, list[int], int]], ranks_per_node: int, numel: int,
+                          world_size: int, rank: int) -> list[dict]:
+    """The calls among ``handed`` (made on ``rank``) that spanned nodes and were handed more than
+    one shard of a ``numel``-element tensor (``shard_allowance``); then one record for them all
+    when together they were handed more than two shards; then those that spanned nodes but left
+    this rank's cross-node group (the ranks with its local rank), marked ``"outside"``."""
+    shard = shard_allowance(numel, world_size, ranks_per_node)
     across = [(name, ranks, elements) for name, ranks, elements in handed
               if elements and len({r // ranks_per_node for r in ranks}) > 1]
     excess = [{"call": name, "ranks": ranks, "elements": elements} for name, ranks, elements in across if elements > shard]
@@ -219,6 +229,9 @@ def too_much_across_nodes(handed: list[tuple[str, list[int], int]], ranks_per_no
     if len(across) > 1 and total > 2 * shard:
         excess.append({"call": f"all {len(across)} cross-node calls",
                        "ranks": sorted({r for _, ranks, _ in across for r in ranks}), "elements": total})
+    local_rank = rank % ranks_per_node
+    excess += [{"call": name, "ranks": ranks, "elements": elements, "outside": True} for name, ranks, elements in across
+               if elements <= shard and any(r % ranks_per_node != local_rank for r in ranks)]
     return excess
 
 
@@ -238,14 +251,17 @@ def _hierarchical_rank(fn: Callable, ranks_per_node: int, inputs: list) -> list:
         tensor = torch.tensor(values, dtype=torch.float32)
         handed.clear()
         fn(tensor, ranks_per_node)
-        results.append({"too much across nodes": too_much_across_nodes(handed, ranks_per_node, len(values)),
+        results.append({"too much across nodes": too_much_across_nodes(
+            handed, ranks_per_node, len(values), dist.get_world_size(), dist.get_rank()),
                         "tensor": tensor.tolist()})
     return results
 
 
-def reducer_problem(world_size: int, rows_per_rank: int):
+def reducer_problem(world_size: int, rows_per_rank: int, registration: list[int] | None = None):
     """The model (three ``Linear`` layers, six parameters) and data every rank builds for
-    ``bucketed_reducer`` (and the grader, for the reference)."""
+    ``bucketed_reducer`` (and the grader, for the reference). ``registration`` (the layers' places
+    in the forward pass, e.g. ``[2, 0, 4]``) registers the layers in another order than forward
+    uses them, so that ``parameters()`` order is not backward's order reversed."""
     import torch
 
     inputs = torch.randn(world_size * rows_per_rank, 6, generator=torch.Generator().manual_seed(3))
@@ -256,7 +272,28 @@ def reducer_problem(world_size: int, rows_per_rank: int):
         generator = torch.Generator().manual_seed(5)
         for parameter in model.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=generator) / 2)
+    if registration is not None:
+        model = _reordered(model, registration)
     return model, inputs, targets
+
+
+def _reordered(sequential, registration: list[int]):
+    """``sequential``'s forward pass, its layers registered in the order ``registration``."""
+    import torch
+
+    class Reordered(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            for place in registration:
+                self.add_module(f"layer{place}", sequential[place])
+            self.steps = tuple(sequential)  # a tuple: not registered a second time
+
+        def forward(self, x):
+            for step in self.steps:
+                x = step(x)
+            return x
+
+    return Reordered()
 
 
 class _Waits:
@@ -343,12 +380,12 @@ class _Handle:
         return getattr(self._work, name)
 
 
-def _reducer_rank(fn: Callable, rows_per_rank: int, buckets: list) -> dict:
+def _reducer_rank(fn: Callable, rows_per_rank: int, buckets: list, registration: list[int] | None = None) -> dict:
     import torch
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    model, inputs, targets = reducer_problem(world, rows_per_rank)
+    model, inputs, targets = reducer_problem(world, rows_per_rank, registration)
     parameters = list(model.parameters())
     accumulated: list[int] = []
     for index, parameter in enumerate(parameters):  # registered first, so each runs before the learner's hooks
@@ -456,9 +493,22 @@ def _rank_raised(message: str) -> str | None:
 
 
 def shortened(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` characters from the middle: its start (the exception line)
-    and its end (the traceback's last frames, the learner's own) both stay."""
+    """``text`` cut to about ``limit`` characters. A ``RankFailure``'s lines on the other ranks
+    (after "The other ranks:", the least telling part) get at most a quarter, cut at their end;
+    the rest is cut from its middle, so that its start (the exception line) and its end (the
+    traceback's last frames, the learner's own) both stay."""
+    lead, marker, others = text.partition("\nThe other ranks:\n")
+    if marker:
+        others = marker + others
+        if len(others) > limit // 4:
+            others = others[:limit // 4 - 4].rstrip() + " ..."
+        return _middle_cut(lead, limit - len(others)) + others
+    return _middle_cut(text, limit)
+
+
+def _middle_cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     head = limit * 2 // 5
-    return f"{text[:head].rstrip()}\n  [... {len(text) - limit} characters left out ...]\n{text[len(text) - (limit - head):].lstrip()}"
+    return (f"{text[:head].rstrip()}\n  [... {len(text) - limit} characters left out ...]\n"
+            f"{text[len(text) - (limit - head):].lstrip()}")

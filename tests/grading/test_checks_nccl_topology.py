@@ -250,6 +250,9 @@ MISTAKES = [  # (wrong source, the hand-built case that must catch it, words the
         dist.all_reduce(result, group=across[rank % per_node])
         return result
      """, "2 nodes of 2 ranks", "unchanged"),
+    (bandwidths_with("        algbw = num_bytes / seconds / 1e9\n        return algbw * factor, algbw\n"),
+     "busbw 175 GB/s", "swapped"),
+    (buckets_with(closes="+ 1 >="), "one byte short of the cap stays open", "one byte short of it"),
     (buckets_with(order="range(len(param_bytes))"), "reverse order", "walk from the last parameter"),
     (buckets_with(closes=">"), "reach the cap exactly", ">=, not >"),
     ("""
@@ -358,3 +361,48 @@ def test_an_error_raised_on_a_rank_shows_its_own_line_however_long_its_traceback
     for case in result.failures:
         assert "ValueError: the shard of rank-specific padding went missing" in case.got.split("\n")[0], case.got
         assert "characters left out" in case.got and "in my_hierarchical_all_reduce" in case.got
+
+
+def test_a_reducer_that_launches_from_tensor_hooks_is_told_to_use_post_accumulate_hooks():
+    result = verdict(EXERCISE, "install_bucketed_reducer", """
+        def install_bucketed_reducer(model, buckets):
+            params = list(model.parameters())   # register_hook: runs before the gradient is in .grad
+            missing = [len(bucket) for bucket in buckets]
+            bucket_of = {i: b for b, bucket in enumerate(buckets) for i in bucket}
+            grads, works = {}, []
+
+            def hook(i, grad):
+                grads[i] = grad
+                b = bucket_of[i]
+                missing[b] -= 1
+                if missing[b] == 0:
+                    flat = torch.cat([grads[j].reshape(-1) for j in buckets[b]])
+                    works.append((dist.all_reduce(flat, async_op=True), flat, buckets[b]))
+                return grad
+
+            for i, p in enumerate(params):
+                p.register_hook(lambda grad, i=i: hook(i, grad))
+
+            def finish():
+                for work, flat, bucket in works:
+                    work.wait()
+                    flat /= dist.get_world_size()
+                    for i, piece in zip(bucket, flat.split([params[j].numel() for j in bucket])):
+                        params[i].grad.copy_(piece.view_as(params[i]))
+            return finish
+    """)
+    assert not result.passed
+    assert any("use register_post_accumulate_grad_hook (rule 1)" in c.hint for c in result.failures), \
+        "\n".join(result.report(10))
+
+
+def test_a_reducer_that_assumes_backward_order_is_reversed_parameters_order_fails():
+    source = reducer_with(ASYNC, """for work, buffer, bucket in launched:
+                work.wait()
+                copy_back(buffer / dist.get_world_size(), bucket)""")
+    source = source.replace("missing[bucket_of[index]] -= 1\n            if missing[bucket_of[index]] == 0:",
+                            "if index == min(buckets[bucket_of[index]]):   # the lowest index comes last... usually")
+    assert "usually" in source
+    result = verdict(EXERCISE, "install_bucketed_reducer", source)
+    assert not result.passed
+    assert [c.why for c in result.failures] == [next(c.why for c in result.failures if "missing gradients" in c.why)]

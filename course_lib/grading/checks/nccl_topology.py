@@ -18,7 +18,7 @@ import random
 import torch
 
 from course_lib.collectives.buckets import MIB, assign_buckets
-from course_lib.grading.calls import reducer_problem
+from course_lib.grading.calls import reducer_problem, shard_allowance
 from course_lib.grading.checks.collectives import (FLOAT32, in_place_hint, local_gradients, rank_inputs,
                                                    summed_on_every_rank)
 from course_lib.grading.task import Case, Task
@@ -67,6 +67,8 @@ def _bandwidth_hint(case: Case, expected, got) -> str | None:
     if not isinstance(got, (list, tuple)) or len(got) != 2 or not all(isinstance(x, (int, float)) for x in got):
         return "return a pair: (algbw, busbw), both in GB/s"
     (algbw, busbw), (got_algbw, got_busbw) = expected, got
+    if not _close(algbw, busbw) and _close(got_algbw, busbw) and _close(got_busbw, algbw):
+        return "swapped: return (algbw, busbw), algbw first"
     if not _close(got_algbw, algbw):
         if _close(got_algbw, num_bytes / seconds):
             return "in GB/s: divide the bytes per second by 1e9"
@@ -125,18 +127,31 @@ def _hierarchical_hint(case: Case, expected, got) -> str | None:
     sums = [[t["tensor"] for t in tensors] for tensors in expected]
     if not same_value(to_plain(sums), to_plain(values), FLOAT32):
         return in_place_hint(Case((world_size, inputs)), sums, values)
-    rank, index, record = next((rank, index, record) for rank, tensors in enumerate(got)
-                               for index, t in enumerate(tensors) for record in t["too much across nodes"])
+    records = [(rank, index, record) for rank, tensors in enumerate(got) for index, t in enumerate(tensors)
+               for record in t["too much across nodes"]]
+    kind = lambda record: 2 if record.get("outside") else 1 if record["call"].endswith(" cross-node calls") else 0  # noqa: E731
+    rank, index, record = min(records, key=lambda found: kind(found[2]))
     numel = len(inputs[rank][index])
-    shard = -(-numel // ranks_per_node)
+    shard, allowed = -(-numel // ranks_per_node), shard_allowance(numel, world_size, ranks_per_node)
     where = f"rank {rank}, the {numel}-element tensor"
-    if record["call"].endswith(" cross-node calls"):
+    if kind(record) == 1:
         return (f"{where}: {record['call']} (ranks {record['ranks']}) were handed {record['elements']} elements in "
-                f"all, more than two shards of {shard}: a ring over every rank sends about twice the tensor across a "
-                "node boundary; send only this rank's shard across")
+                f"all, more than two shards of {allowed}: a ring over every rank sends about twice the tensor across "
+                "a node boundary; send only this rank's shard across")
     call = f"{where}: {record['call']} on ranks {record['ranks']} was handed {record['elements']} elements"
+    local_rank = rank % ranks_per_node
+    cross_group = list(range(local_rank, world_size, ranks_per_node))
+    if kind(record) == 2:
+        return (f"{call}: it spans nodes but leaves this rank's cross-node group (the ranks with local rank "
+                f"{local_rank}: {cross_group}); across nodes, exchange this rank's shard only with the ranks that "
+                "hold the same shard, the same local rank on the other nodes")
+    if ranks_per_node == 1:  # the world group is the cross-node group: the shard is the whole tensor
+        return (f"{call}, more than the whole tensor: with one rank per node the shard is the tensor itself, "
+                f"{numel} elements; hand no cross-node call more than that")
+    padded = f", or {allowed} if padded to a multiple of the world size" if allowed > shard else ""
     fix = (f"reduce-scatter inside the node first, so that only this rank's shard (ceil({numel}/{ranks_per_node}) "
-           f"= {shard} elements) is all-reduced across nodes, then all-gather inside the node")
+           f"= {shard} elements{padded}) is all-reduced across nodes (ranks {cross_group}), then all-gather inside "
+           "the node")
     if record["ranks"] == list(range(world_size)):
         return f"{call}: the sum is right, but the world group spans every node, so the whole tensor crossed; {fix}"
     return f"{call}, more than a shard: {fix}"
@@ -145,10 +160,10 @@ def _hierarchical_hint(case: Case, expected, got) -> str | None:
 # Task 3
 
 def _walk(param_bytes: list[int], cap: int, first_cap: int, *, forward: bool = False, strict: bool = False,
-          close_first: bool = False, caps: str = "first") -> list[list[int]]:
+          close_first: bool = False, caps: str = "first", early: bool = False) -> list[list[int]]:
     """``assign_buckets`` with one rule changed, to name a mistake: walk front to back, close only
-    over the cap, close before adding, or ``caps`` "same" (no first cap) or "all-first" (the first
-    cap for every bucket)."""
+    over the cap, close before adding, close a byte early, or ``caps`` "same" (no first cap) or
+    "all-first" (the first cap for every bucket)."""
     limit = lambda number: {"same": cap, "all-first": first_cap}.get(caps, first_cap if number == 0 else cap)  # noqa: E731
     buckets, bucket, held = [], [], 0
     for index in range(len(param_bytes)) if forward else reversed(range(len(param_bytes))):
@@ -158,7 +173,7 @@ def _walk(param_bytes: list[int], cap: int, first_cap: int, *, forward: bool = F
             bucket, held = [], 0
         bucket.append(index)
         held += size
-        if not close_first and (held > limit(len(buckets)) if strict else held >= limit(len(buckets))):
+        if not close_first and (held > limit(len(buckets)) if strict else held >= limit(len(buckets)) - early):
             buckets.append(bucket)
             bucket, held = [], 0
     return buckets + [bucket] if bucket else buckets
@@ -169,6 +184,7 @@ def _bucket_cases() -> list[Case]:
     cases = [Case(([400, 400, 400, 400], 800, 800), why="reverse order: bucket 0 holds the last parameters"),
              Case(([100, 300, 500, 200], 700, 700), why="a bucket closes when its bytes reach the cap exactly"),
              Case(([100, 600, 300], 500, 500), why="a bucket may overshoot the cap by its last parameter"),
+             Case(([1, 399, 400], 400, 400), why="a bucket one byte short of the cap stays open"),
              Case(([50, 5000, 50], 1000, 1000), why="a parameter larger than the cap closes the bucket it joins"),
              Case(([50, 5000, 2000], 1000, 1000), why="a parameter larger than the cap in an empty bucket: alone"),
              Case(([300] * 6, 900, 500), why="only bucket 0 has the first bucket's cap"),
@@ -197,6 +213,8 @@ def _bucket_hint(case: Case, expected, got) -> str | None:
         return "bucket 0 first: it holds the last parameters, whose gradients are ready first"
     if got == variant(strict=True):
         return "a bucket closes as soon as its bytes reach the cap: >=, not >"
+    if got == variant(early=True):
+        return "a bucket closes when its bytes reach the cap: one byte short of it, it stays open"
     if got == variant(close_first=True):
         return ("add the parameter first, then close the bucket if its bytes reached the cap: a bucket may overshoot "
                 "the cap by its last parameter")
@@ -213,9 +231,10 @@ def _bucket_hint(case: Case, expected, got) -> str | None:
 
 # Task 4
 
-def _accumulation_order(world_size: int, rows_per_rank: int) -> tuple[list[list[float]], list[int]]:
+def _accumulation_order(world_size: int, rows_per_rank: int,
+                        registration: list[int] | None = None) -> tuple[list[list[float]], list[int]]:
     """The full batch's gradients, and the parameter indices in the order backward accumulated them."""
-    model, inputs, targets = reducer_problem(world_size, rows_per_rank)
+    model, inputs, targets = reducer_problem(world_size, rows_per_rank, registration)
     parameters, order = list(model.parameters()), []
     for index, parameter in enumerate(parameters):
         parameter.register_post_accumulate_grad_hook(lambda _, index=index: order.append(index))
@@ -223,12 +242,13 @@ def _accumulation_order(world_size: int, rows_per_rank: int) -> tuple[list[list[
     return [parameter.grad.tolist() for parameter in parameters], order
 
 
-def reducer_expected(world_size: int, rows_per_rank: int, buckets: list[list[int]]) -> list:
+def reducer_expected(world_size: int, rows_per_rank: int, buckets: list[list[int]],
+                     registration: list[int] | None = None) -> list:
     """Every rank's gradients are the full batch's, and bucket b's all-reduce is asynchronous, of
     the bucket's elements, launched the moment buckets 0..b have all their gradients, and waited on
     only once backward has returned (in ``finish()``)."""
-    gradients, order = _accumulation_order(world_size, rows_per_rank)
-    sizes = [p.numel() for p in reducer_problem(world_size, rows_per_rank)[0].parameters()]
+    gradients, order = _accumulation_order(world_size, rows_per_rank, registration)
+    sizes = [p.numel() for p in reducer_problem(world_size, rows_per_rank, registration)[0].parameters()]
     position = {index: place for place, index in enumerate(order)}
     calls, ready = [], 0
     for bucket in buckets:
@@ -248,12 +268,18 @@ def _reducer_cases() -> list[Case]:
                  why="3 buckets: bucket 0 (the last layer) is launched while backward goes on"),
             Case((4, 2, assign_buckets(sizes, 300)), why="4 ranks, 2 buckets"),
             Case((2, 4, assign_buckets(sizes, MIB)), why="one bucket: launched with the last gradient"),
-            Case((3, 2, assign_buckets(sizes, 1)), why="a bucket per parameter")]
+            Case((3, 2, assign_buckets(sizes, 1)), why="a bucket per parameter"),
+            Case((2, 2, [[5, 4, 1], [3, 2, 0]], [2, 0, 4]),
+                 why="parameters() lists the middle layer first, so backward writes the gradients in the order "
+                     "5, 4, 1, 0, 3, 2: count each bucket's missing gradients")]
 
 
 def _describe_reducer(case: Case) -> str:
-    world_size, rows_per_rank, buckets = case.args
-    return f"install_bucketed_reducer(model, buckets={buckets}) on {world_size} ranks, {rows_per_rank} rows each"
+    world_size, rows_per_rank, buckets, *registration = case.args
+    layers = (f", the Linear layers registered in the order {registration[0]} of the forward pass" if registration
+              else "")
+    return (f"install_bucketed_reducer(model, buckets={buckets}) on {world_size} ranks, {rows_per_rank} rows each"
+            + layers)
 
 
 def _scaled(value, factor: float):
@@ -262,7 +288,7 @@ def _scaled(value, factor: float):
 
 
 def _reducer_hint(case: Case, expected, got) -> str | None:
-    world_size, rows_per_rank, buckets = case.args
+    world_size, rows_per_rank, buckets, *registration = case.args
     want = expected[0]["all_reduce calls"]
     for calls in (result["all_reduce calls"] for result in got):
         elements = [call["elements"] for call in calls]
@@ -287,11 +313,14 @@ def _reducer_hint(case: Case, expected, got) -> str | None:
                 return ("every all_reduce was launched after the last gradient was ready (in the last hook or in "
                         "finish()): launch each bucket as soon as its own last gradient arrives, so that bucket 0's "
                         "all-reduce overlaps the rest of backward")
+            if all(got_b == want_b - 1 for got_b, want_b in zip(ready, (c["gradients ready"] for c in want))):
+                return ("every bucket was launched before its last gradient was accumulated into .grad (a tensor "
+                        "hook, register_hook, runs before that): use register_post_accumulate_grad_hook (rule 1)")
             return (f"launch bucket b the moment its last gradient arrives: after {[c['gradients ready'] for c in want]} "
                     f"gradients; yours after {ready}")
     values = [result["gradients"] for result in got]
     wanted = [result["gradients"] for result in expected]
-    if same_value(to_plain(values), to_plain(local_gradients(world_size, rows_per_rank, reducer_problem)), FLOAT32):
+    if same_value(to_plain(values), to_plain(local_gradients(world_size, rows_per_rank, lambda w, r: reducer_problem(w, r, *registration))), FLOAT32):
         return "the gradients did not change: finish() must write each bucket's averaged slice back into .grad"
     if same_value(to_plain(values), to_plain(_scaled(wanted, world_size)), FLOAT32):
         return "that is the sum over ranks: divide by the number of ranks in finish()"
