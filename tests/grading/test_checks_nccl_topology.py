@@ -406,3 +406,12 @@ def test_a_reducer_that_assumes_backward_order_is_reversed_parameters_order_fail
     result = verdict(EXERCISE, "install_bucketed_reducer", source)
     assert not result.passed
     assert [c.why for c in result.failures] == [next(c.why for c in result.failures if "missing gradients" in c.why)]
+
+
+def test_with_one_rank_per_node_the_world_group_is_the_cross_node_group():
+    result = verdict(EXERCISE, "my_hierarchical_all_reduce", """
+        def my_hierarchical_all_reduce(tensor, ranks_per_node):
+            dist.all_reduce(tensor)
+    """)
+    assert not result.passed
+    assert not [c for c in result.failures if "one rank per node" in c.why or "one node" in c.why]
