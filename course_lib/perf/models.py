@@ -34,6 +34,10 @@ class ModelSpec:
     vocab_size: int = field(kw_only=True)
     num_experts: int = field(default=1, kw_only=True)
     experts_per_token: int = field(default=1, kw_only=True)
+    # multi-head latent attention (DeepSeek): a layer caches one compressed vector per token,
+    # kv_lora_rank latent elements plus qk_rope_head_dim for the shared RoPE key, not K and V per head
+    kv_lora_rank: int | None = field(default=None, kw_only=True)
+    qk_rope_head_dim: int | None = field(default=None, kw_only=True)
 
     @property
     def active_params(self) -> float:
@@ -49,6 +53,14 @@ class ModelSpec:
                 f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
                 f"num_kv_heads ({self.num_kv_heads})."
             )
+
+    @property
+    def kv_elements_per_token_per_layer(self) -> int:
+        """Cached elements per token and layer: K and V of every KV head, or MLA's compressed
+        vector (``kv_lora_rank + qk_rope_head_dim``) when ``kv_lora_rank`` is set."""
+        if self.kv_lora_rank is None:
+            return 2 * self.num_kv_heads * self.head_dim
+        return self.kv_lora_rank + (self.qk_rope_head_dim or 0)
 
     @property
     def attention_kind(self) -> str:
@@ -86,6 +98,20 @@ MODELS: dict[str, ModelSpec] = {
                   intermediate_size=14336, vocab_size=32000, num_experts=8, experts_per_token=2),
     )
 }
+
+
+# DeepSeek-V3, from deepseek-ai/DeepSeek-V3's config.json: 61 layers, 128 attention heads (128 KV
+# heads before compression), hidden 7168, vocab 129280, max_position_embeddings 163840,
+# n_routed_experts 256 + n_shared_experts 1, num_experts_per_tok 8, moe_intermediate_size 2048,
+# kv_lora_rank 512, qk_rope_head_dim 64 (head_dim here is qk_nope_head_dim = v_head_dim = 128).
+# 671B total and 37B activated per token: the technical report's abstract (arXiv 2412.19437);
+# the repository's README_WEIGHTS.md gives 671B and 36.7B for the main model without its MTP module.
+# Kept out of MODELS: kv.py sizes KV as 2 * num_kv_heads * head_dim per layer (57x MLA's 576), and
+# its first 3 layers are dense (intermediate 18432), which the uniform-layer shapes do not describe.
+# num_experts counts the routed experts; the shared expert runs for every token on top of the top-8.
+DEEPSEEK_V3 = ModelSpec("DeepSeek-V3", 61, 128, 128, 128, 671e9, 163840, num_active_params=37e9, hidden_size=7168,
+                        intermediate_size=2048, vocab_size=129280, num_experts=256, experts_per_token=8,
+                        kv_lora_rank=512, qk_rope_head_dim=64)
 
 
 def get_model(name: str) -> ModelSpec:
