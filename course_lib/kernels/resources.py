@@ -121,10 +121,36 @@ def kernels() -> dict[str, KernelSpec]:
     }
 
 
+@dataclass(frozen=True)
+class NormShape:
+    """The shapes the fused all-reduce + residual + RMSNorm kernel is specialised for."""
+
+    peers: int  # tensor-parallel ranks whose partial outputs are summed
+    hidden: int
+    dtype: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.peers} peers, hidden {self.hidden}, {self.dtype}"
+
+
+NORM_SUITE_SHAPE = NormShape(8, 4096, "bf16")  # Llama-3-8B's hidden size on 8 tensor-parallel ranks
+
+
+def norm_kernels() -> dict[str, KernelSpec]:
+    """The kernels specialised for a ``NormShape`` rather than a ``KernelShape`` (their own
+    check in the suite; not in ``kernels()``, whose table is per attention shape)."""
+    from course_lib.kernels import fused_allreduce_norm as fused
+
+    return {"allreduce_norm": KernelSpec(fused._allreduce_norm_kernel,
+                                         lambda s: fused.allreduce_norm_constants(s.peers, s.hidden), {},
+                                         ("stride_pn", "stride_pt", "stride_rt", "stride_ot"))}
+
+
 def signature(spec: KernelSpec, constants: dict, dtype: str) -> tuple[dict, dict]:
     """Triton's signature and attributes for a kernel: pointers (``*_ptr``) to ``dtype`` unless
-    the spec says otherwise, ``scale`` a float, constexprs by name, every other argument an int;
-    pointers and the spec's aligned ints marked divisible by 16."""
+    the spec says otherwise, ``scale`` and ``eps`` floats, constexprs by name, every other
+    argument an int; pointers and the spec's aligned ints marked divisible by 16."""
     types, attrs = {}, {}
     for index, name in enumerate(spec.fn.arg_names):
         if name in constants:
@@ -132,7 +158,7 @@ def signature(spec: KernelSpec, constants: dict, dtype: str) -> tuple[dict, dict
         elif name.endswith("_ptr"):
             types[name] = "*" + spec.pointers.get(name, dtype)
             attrs[(index,)] = [["tt.divisibility", 16]]
-        elif name == "scale":
+        elif name in ("scale", "eps"):
             types[name] = "fp32"
         else:
             types[name] = "i32"
@@ -153,7 +179,7 @@ def compile_kernel(name: str, shape: KernelShape, target: str) -> tuple[Resource
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    spec = kernels()[name]
+    spec = (kernels() | norm_kernels())[name]
     constants = spec.constants(shape) | dict.fromkeys(spec.ones, 1)
     options = {key: constants.pop(key) for key in ("num_warps",) if key in constants}  # launch options
     types, attrs = signature(spec, constants, shape.dtype)

@@ -6,7 +6,8 @@ from importlib.metadata import version
 
 import pytest
 
-from course_lib.kernels.resources import (MAX_REGISTERS, RESULTS, SHAPES, SUITE_SHAPE, TARGETS, measure, table)
+from course_lib.kernels.resources import (MAX_REGISTERS, NORM_SUITE_SHAPE, RESULTS, SHAPES, SUITE_SHAPE, TARGETS,
+                                          measure, norm_kernels, table)
 
 
 TRITON = tuple(int(part) for part in version("triton").split(".")[:2])
@@ -48,3 +49,11 @@ def test_the_committed_table_covers_every_kernel_shape_and_target(suite_report):
         stored = {(r["kernel"], r["target"]): r["registers"] for r in committed["rows"] if r["shape"] == SUITE_SHAPE.label}
         assert stored == fresh, "the kernels changed since the table was written: rerun python -m course_lib.kernels.resources"
     assert "decode" in table(committed["rows"]) and "sm_100" in table(committed["rows"])
+
+
+def test_the_fused_allreduce_norm_kernel_compiles_for_every_target_without_spilling():
+    """8 peers' bf16 partials of a 4096-wide row (Llama-3-8B on 8 tensor-parallel ranks)."""
+    rows = measure((NORM_SUITE_SHAPE,), names=list(norm_kernels()))["rows"]
+    assert {(row["kernel"], row["target"]) for row in rows} == {("allreduce_norm", t) for t in TARGETS}
+    assert not any(row["spills"] for row in rows), rows
+    assert all(0 < row["registers"] <= MAX_REGISTERS for row in rows)
