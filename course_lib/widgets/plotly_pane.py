@@ -16,7 +16,6 @@ class PlotlyPane(go.FigureWidget):
 
     def __init__(self, figure: go.Figure | None = None) -> None:
         super().__init__(figure)
-        self._config = {**self._config, "responsive": True}  # fill the output area's width, follow its resizes
 
     def show(self, figure: go.Figure) -> None:
         with self.batch_update():
