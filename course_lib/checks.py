@@ -9,10 +9,10 @@ def require_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}; pass a value above 0.")
 
 
-def require_count(name: str, value: int) -> None:
-    """Raise ValueError unless ``value`` is an int (not a bool) of at least 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}.")
+def require_count(name: str, value: int, minimum: int = 1) -> None:
+    """Raise ValueError unless ``value`` is an int (not a bool) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}.")
 
 
 def require_fraction(name: str, value: float) -> None:

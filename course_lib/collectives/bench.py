@@ -47,6 +47,7 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from course_lib.checks import require_count
 from course_lib.collectives.launch import default_backend, progress_lines, run_on_ranks
 from course_lib.collectives.primitives import all_gather_flat, reduce_scatter_flat
 from course_lib.paths import RESULTS_DIR
@@ -123,8 +124,7 @@ def message_sizes(min_bytes: int = 8, max_bytes: int = 64 * MiB, step_factor: in
     """``min_bytes``, times ``step_factor``, ..., up to ``max_bytes`` included."""
     if min_bytes < 1 or max_bytes < min_bytes:
         raise ValueError(f"Need 1 <= min_bytes <= max_bytes, got {min_bytes} and {max_bytes}.")
-    if isinstance(step_factor, bool) or not isinstance(step_factor, int) or step_factor < 2:
-        raise ValueError(f"step_factor must be a whole number of at least 2, got {step_factor!r}.")
+    require_count("step_factor", step_factor, minimum=2)
     sizes = [min_bytes]
     while sizes[-1] * step_factor <= max_bytes:
         sizes.append(sizes[-1] * step_factor)

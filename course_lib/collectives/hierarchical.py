@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from course_lib.checks import require_count
 from course_lib.collectives.primitives import all_gather_flat, reduce_scatter_flat
 from course_lib.collectives.ring import ring_all_reduce
 from course_lib.collectives.trace import CommTrace
@@ -49,8 +50,7 @@ def node_groups(ranks_per_node: int) -> NodeGroups:
     first the in-node groups, node 0 to M-1, then the cross-node groups, local rank 0 to L-1.
     """
     world = dist.get_world_size()
-    if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
-        raise ValueError(f"ranks_per_node must be a whole number of at least 1, got {ranks_per_node!r}.")
+    require_count("ranks_per_node", ranks_per_node)
     if world % ranks_per_node:
         divisors = [d for d in range(1, world + 1) if world % d == 0]
         raise ValueError(f"The world size {world} is not a multiple of ranks_per_node={ranks_per_node}: "
@@ -90,8 +90,7 @@ def compare_flat_and_hierarchical(numel: int, ranks_per_node: int, dtype_name: s
     dtype = getattr(torch, dtype_name, None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"Unknown dtype {dtype_name!r}; use a torch dtype name such as 'float32' or 'int64'.")
-    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
-        raise ValueError(f"numel must be a whole number of at least 1, got {numel!r}.")
+    require_count("numel", numel)
     groups = node_groups(ranks_per_node)
     generator = torch.Generator().manual_seed(seed + dist.get_rank())
     if dtype.is_floating_point:

@@ -162,8 +162,7 @@ def _requests(phase: str, num_tokens: int, context_tokens: int, prompt_tokens: i
     """Decode: ``num_tokens`` sequences of one new token each; prefill: ``num_tokens`` new tokens
     as prompts of ``prompt_tokens`` each. Either way after ``context_tokens`` already cached."""
     require_count("num_tokens", num_tokens)
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, int) or context_tokens < 0:
-        raise ValueError(f"context_tokens must be a whole number, 0 or more, got {context_tokens!r}.")
+    require_count("context_tokens", context_tokens, minimum=0)
     if phase == "decode":
         return [(context_tokens, 1)] * num_tokens
     if phase == "prefill":
