@@ -147,8 +147,10 @@ def _traced(original: Callable, name: str, messages, rank: int, depth: threading
     return traced
 
 
-def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float, trace_calls: bool,
-               fn: Callable, args: tuple, kwargs: dict, messages, native_log: str) -> None:
+def join_process_group(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
+                       trace_calls: bool, messages, native_log: str) -> None:
+    """Set this rank's process up: native output to ``native_log``, Python output to the caller as
+    lines, one thread, its GPU under NCCL, and the process group (traced when ``trace_calls``)."""
     # What native code writes (gloo's abort message on a size mismatch, C++ warnings) bypasses
     # sys.stdout/sys.stderr: it goes to a file the caller reads, and outlives a rank that aborts.
     log_fd = os.open(native_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -160,17 +162,21 @@ def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeo
     sys.stdout = sys.stderr = _QueueWriter(messages, rank)
     if sys.platform == "linux":  # this launcher's ranks share one machine: loopback, whatever its network
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)  # N ranks share the machine's cores
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    # the backend's own timeout comes later than the caller's, whose message says more
+    dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else backend,  # CPU tensors work under NCCL too
+                            init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=2 * timeout_s + 10))
+    if trace_calls:
+        _trace_collectives(messages, rank)
+
+
+def report_result(messages, rank: int, call: Callable[[], Any]) -> None:
+    """Run ``call`` and send its result (tensors moved to the CPU) or its traceback to the caller."""
     try:
-        torch.set_num_threads(1)  # N ranks share the machine's cores
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-        # the backend's own timeout comes later than the caller's, whose message says more
-        dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else backend,  # CPU tensors work under NCCL too
-                                init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=2 * timeout_s + 10))
-        if trace_calls:
-            _trace_collectives(messages, rank)
-        result = fn(*args, **kwargs)
+        result = call()
         payload = io.BytesIO()
         torch.save(_to_cpu(result), payload)
         sys.stdout.flush()
@@ -178,6 +184,16 @@ def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeo
     except BaseException:  # noqa: BLE001 - everything a rank raises goes back to the caller
         sys.stdout.flush()
         messages.put(("error", rank, traceback.format_exc()))
+
+
+def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float, trace_calls: bool,
+               fn: Callable, args: tuple, kwargs: dict, messages, native_log: str) -> None:
+    def run() -> Any:
+        join_process_group(rank, world_size, backend, init_method, timeout_s, trace_calls, messages, native_log)
+        return fn(*args, **kwargs)
+
+    try:
+        report_result(messages, rank, run)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -217,40 +233,63 @@ def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = Non
     ``trace_calls=False`` skips watching collectives (for timing: a timeout then cannot say where
     each rank was).
     """
-    if not 1 <= world_size <= 64:
-        raise ValueError(f"world_size must be between 1 and 64, got {world_size}.")
     backend = backend or default_backend(world_size)
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    if method == "spawn" and fn.__module__ == "__main__":
-        raise ValueError(f"{fn.__name__} is defined in the notebook, but this OS starts ranks by spawn: "
-                         "move it into a .py module and import it.")
-    context = multiprocessing.get_context(method)
-    messages = context.Queue()
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
-    log_dir = tempfile.mkdtemp(prefix="run_on_ranks_")
-    native = _NativeOutput([os.path.join(log_dir, f"rank{rank}.log") for rank in range(world_size)])
-    processes = [context.Process(target=_rank_main, daemon=True,
-                                 args=(rank, world_size, backend, init_method, timeout_s, trace_calls, fn, args, kwargs,
-                                       messages, native.paths[rank]))
-                 for rank in range(world_size)]
-    on_print = on_print or (lambda rank, line: print(f"[rank {rank}] {line}", flush=True))
+    ranks = RankProcesses(world_size, fn, on_print, "run_on_ranks_")
     try:
-        for process in processes:
-            process.start()
-        return _collect(processes, messages, timeout_s, on_print, native)
+        ranks.start(_rank_main, lambda rank: (rank, world_size, backend, ranks.init_method, timeout_s, trace_calls,
+                                              fn, args, kwargs, ranks.messages, ranks.native.paths[rank]))
+        return ranks.collect(timeout_s)
     finally:
-        grace_until = time.monotonic() + 1.0  # ranks that returned are closing their process group
-        for process in processes:
+        ranks.stop()
+
+
+class RankProcesses:
+    """The processes of one launch: their message queue, their native logs, start and stop.
+
+    ``fn`` is what the ranks will run (checked here: under ``spawn`` it must be importable)."""
+
+    def __init__(self, world_size: int, fn: Callable, on_print: Callable[[int, str], None] | None,
+                 log_prefix: str) -> None:
+        if not 1 <= world_size <= 64:
+            raise ValueError(f"world_size must be between 1 and 64, got {world_size}.")
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        if method == "spawn" and fn.__module__ == "__main__":
+            raise ValueError(f"{fn.__name__} is defined in the notebook, but this OS starts ranks by spawn: "
+                             "move it into a .py module and import it.")
+        self.world_size = world_size
+        self.context = multiprocessing.get_context(method)
+        self.messages = self.context.Queue()
+        self.init_method = f"tcp://127.0.0.1:{_free_port()}"
+        self.log_dir = tempfile.mkdtemp(prefix=log_prefix)
+        self.native = _NativeOutput([os.path.join(self.log_dir, f"rank{rank}.log") for rank in range(world_size)])
+        self.on_print = on_print or (lambda rank, line: print(f"[rank {rank}] {line}", flush=True))
+        self.processes: list = []
+
+    def start(self, target: Callable, args_of_rank: Callable[[int], tuple]) -> None:
+        self.processes = [self.context.Process(target=target, daemon=True, args=args_of_rank(rank))
+                          for rank in range(self.world_size)]
+        for process in self.processes:
+            process.start()
+
+    def collect(self, timeout_s: float) -> list:
+        """Every rank's next result, in rank order (``RankFailure`` / ``CollectiveTimeout`` otherwise)."""
+        return _collect(self.processes, self.messages, timeout_s, self.on_print, self.native)
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Wait up to ``grace_s`` for the ranks to exit (ranks that returned are closing their process
+        group), kill the rest, and pass on what they wrote meanwhile."""
+        grace_until = time.monotonic() + grace_s
+        for process in self.processes:
             if process.pid is not None:
                 process.join(timeout=max(0.0, grace_until - time.monotonic()))
-        for process in processes:
+        for process in self.processes:
             if process.is_alive():
                 process.kill()
                 process.join()
-        messages.close()
-        native.poll(on_print, force=True)  # what the ranks wrote while closing down
-        native.close()
-        shutil.rmtree(log_dir, ignore_errors=True)
+        self.messages.close()
+        self.native.poll(self.on_print, force=True)
+        self.native.close()
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 class _NativeOutput:

@@ -8,6 +8,11 @@ With ``speculative_config`` (vLLM's keys), a proposer drafts up to k tokens for 
 request after each step; the next step verifies them in the same target pass as everything
 else. ``spec_decode_stats`` sums the acceptance counts of all finished requests; each
 request's own are on its ``RequestOutput.metrics[i].spec_decode_stats``.
+
+With ``tensor_parallel_size=N`` (vLLM's name), the model runs sharded over N rank workers (gloo on
+CPUs; NCCL with one GPU per rank when ``device`` is CUDA) under this process's scheduler and KV
+cache manager (``engine/tensor_parallel_runner.py``); ``distributed_timeout_s`` bounds every step.
+``close()`` (or ``with LLM(...) as llm:``) stops the workers.
 """
 
 from __future__ import annotations
@@ -29,10 +34,26 @@ from course_lib.engine.proposers import DraftModelProposer, NgramProposer
 from course_lib.engine.request import Request, RequestStatus
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.scheduler import Scheduler
+from course_lib.engine.tensor_parallel_runner import TensorParallelRunner
 from course_lib.models.llama import LlamaForCausalLM
 from course_lib.models.loader import load_model
+from course_lib.models.tensor_parallel_llama import check_tensor_parallel_size
 from course_lib.models.tokenizer import ByteTokenizer
 from course_lib.perf.kv import kv_bytes_per_token
+
+
+def _check_tensor_parallel_devices(model: LlamaForCausalLM, device: str, tensor_parallel_size: int) -> None:
+    """Forked ranks need the model on the CPU, and, for CUDA, a GPU each and CUDA untouched here."""
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("With tensor_parallel_size > 1 pass the model on the CPU (or by name): each rank moves "
+                         "its own shard to its own device.")
+    if device.startswith("cuda"):
+        if torch.cuda.device_count() < tensor_parallel_size:
+            raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs a GPU per rank; this machine has "
+                             f"{torch.cuda.device_count()}. Lower it, or pass device='cpu' to run the ranks on gloo.")
+        if torch.cuda.is_initialized():
+            raise RuntimeError("This process has already used CUDA, so forked rank workers cannot: create the "
+                               "tensor-parallel LLM first (restart the kernel), or pass device='cpu'.")
 
 
 class LLM:
@@ -56,19 +77,31 @@ class LLM:
         dtype: torch.dtype | None = None,
         attention_backend: str | None = None,
         speculative_config: dict | SpeculativeConfig | None = None,
+        tensor_parallel_size: int = 1,
+        distributed_timeout_s: float = 60.0,
     ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        self.tensor_parallel_size = tensor_parallel_size
+        if tensor_parallel_size != 1 and speculative_config is not None:
+            raise ValueError("This engine runs speculative decoding with tensor_parallel_size=1 only; drop "
+                             "speculative_config or tensor_parallel_size.")
+        # With tensor parallelism the ranks load their shards to their own devices; this process keeps
+        # the full model on the CPU (touching CUDA here would stop forked ranks from using it).
+        load_device = device if tensor_parallel_size == 1 else "cpu"
         if isinstance(model, str):
-            model, tokenizer = load_model(model, dtype=dtype, device=device)
+            model, tokenizer = load_model(model, dtype=dtype, device=load_device)
+        if tensor_parallel_size != 1:
+            check_tensor_parallel_size(model.config, tensor_parallel_size)
+            _check_tensor_parallel_devices(model, device, tensor_parallel_size)
         self.model, self.tokenizer = model, tokenizer or ByteTokenizer()  # bytes when the model brings none
         limit = model.config.max_position_embeddings
         max_model_len = max_model_len or limit
         if max_model_len > limit:
             raise ValueError(f"max_model_len={max_model_len} exceeds the model's {limit} positions; lower it.")
         if num_gpu_blocks is None:
-            num_gpu_blocks = self._default_num_blocks(device, gpu_memory_utilization, block_size, max_num_seqs,
-                                                      max_model_len)
+            num_gpu_blocks = self._default_num_blocks(load_device, gpu_memory_utilization, block_size,
+                                                      max_num_seqs, max_model_len)
         if num_gpu_blocks * block_size < max_model_len:
             raise ValueError(
                 f"A KV cache of {num_gpu_blocks} blocks x {block_size} tokens cannot hold one request of "
@@ -82,8 +115,15 @@ class LLM:
         self.kv_cache_manager = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.scheduler_config, self.kv_cache_manager, num_cpu_blocks)
         # Triton kernels where they compile and pass a probe step, else PyTorch (see engine/backend.py).
-        self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
-        self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend)
+        if tensor_parallel_size == 1:
+            self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
+            self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend)
+        else:  # each rank resolves the backend on its own device
+            self.runner = TensorParallelRunner(model, tensor_parallel_size, num_gpu_blocks, block_size, num_cpu_blocks,
+                                               attention_backend, dtype,
+                                               backend="nccl" if device.startswith("cuda") else "gloo",
+                                               timeout_s=distributed_timeout_s)
+            self.attention_backend = self.runner.attention_backend
         self.speculative_config = None if speculative_config is None else SpeculativeConfig.from_dict(speculative_config)
         self.proposer = self._make_proposer(self.speculative_config, dtype, device)
         self.spec_decode_stats = (SpecDecodeStats(self.speculative_config.num_speculative_tokens)
@@ -95,7 +135,8 @@ class LLM:
     def _default_num_blocks(self, device: str, utilization: float, block_size: int, max_num_seqs: int,
                             max_model_len: int) -> int:
         """On CUDA, what ``gpu_memory_utilization`` leaves after the weights (less a 10% activation
-        reserve); on the CPU, enough for ``max_num_seqs`` full-length requests."""
+        reserve); on the CPU, and with tensor parallelism, enough for ``max_num_seqs`` full-length
+        requests."""
         if not device.startswith("cuda"):
             return -(-max_num_seqs * max_model_len // block_size)
         c, itemsize = self.model.config, next(self.model.parameters()).element_size()
@@ -213,6 +254,17 @@ class LLM:
             if on_step is not None:
                 on_step(len(self.step_trace))
         return [self._output(request_id, prompt, [done[i] for i in ids]) for request_id, prompt, ids in groups]
+
+    def close(self) -> None:
+        """Stop the tensor-parallel rank workers (nothing to do at ``tensor_parallel_size=1``)."""
+        if isinstance(self.runner, TensorParallelRunner):
+            self.runner.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _output(self, request_id: str, prompt, requests: list[Request]) -> RequestOutput:
         completions = [

@@ -1,7 +1,8 @@
 """Runs one scheduled step on the model: builds the flat batch, moves swapped KV, samples.
 
 The KV cache is one tensor per layer, ``[2, num_blocks, block_size, kv_heads, head_dim]``,
-allocated once. Each step's new tokens from all requests become one flat batch; only
+allocated once. The flat batch is plain lists (``StepBatch``), so the same step can be sent to
+tensor-parallel ranks (``engine/tensor_parallel_runner.py``), each running its own ``ModelRunner``. Each step's new tokens from all requests become one flat batch; only
 requests whose last uncomputed token is in this step get logits (and a sampled token).
 A request verifying ``j`` speculative drafts gets ``j + 1`` logits rows from the same pass (its
 last token's and each draft's), and the rejection sampler turns them into 1 to ``j + 1`` tokens.
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from course_lib.engine.attention import AttentionMetadata, build_metadata
+from course_lib.engine.attention import build_metadata
 from course_lib.engine.rejection_sampler import rejection_sample
 from course_lib.engine.request import Request
 from course_lib.engine.sampler import sample
@@ -38,31 +39,88 @@ def _metadata_builder(backend: str):
 
 
 @dataclass
-class ModelInput:
-    """Everything one forward pass needs, built by ``ModelRunner.prepare``."""
+class StepBatch:
+    """One step's flat batch as plain lists (no tensors, no requests): what every tensor-parallel
+    rank receives to build its own tensors on its own device."""
 
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    metadata: AttentionMetadata  # or the Triton backend's metadata: same write/attend methods
-    logits_indices: torch.Tensor
-    sampling: list[Request]  # requests that get a token this step, in logits row order
+    input_ids: list[int]
+    positions: list[int]
+    slots: list[int]  # where each token's K/V goes: block id * block_size + offset
+    query_lens: list[int]
+    seq_lens: list[int]
+    block_tables: list[list[int]]
+    logits_indices: list[int]
     swap_out: list[tuple[int, int]]
     swap_in: list[tuple[int, int]]
+
+
+@dataclass
+class ModelInput:
+    """A step as ``prepare`` builds it: the flat batch, and who gets the logits rows."""
+
+    batch: StepBatch
+    sampling: list[Request]  # requests that get a token this step, in logits row order
     drafts: list[list[int]] = field(default_factory=list)  # per sampling request: drafts it verifies
 
 
+def prepare(out: SchedulerOutput, requests: dict[str, Request], block_tables: dict[str, list[int]],
+            block_size: int) -> ModelInput:
+    """Flatten the step's new tokens, their positions and slots, and the attention metadata's lists."""
+    ids, positions, slots, query_lens, seq_lens, tables, logit_rows, sampling = [], [], [], [], [], [], [], []
+    all_drafts = []
+    for request_id, count in out.num_scheduled_tokens.items():
+        request = requests[request_id]
+        first, last = request.num_computed_tokens, request.num_computed_tokens + count
+        drafts = out.spec_token_ids.get(request_id, [])
+        table = block_tables[request_id]
+        ids += request.token_ids(first, last - len(drafts)) + drafts
+        positions += range(first, last)
+        slots += [table[p // block_size] * block_size + p % block_size for p in range(first, last)]
+        query_lens.append(count)
+        seq_lens.append(last)
+        tables.append(table)
+        if last - len(drafts) == request.num_tokens:
+            logit_rows += range(len(ids) - 1 - len(drafts), len(ids))
+            sampling.append(request)
+            all_drafts.append(drafts)
+    batch = StepBatch(ids, positions, slots, query_lens, seq_lens, tables, logit_rows, out.swap_out, out.swap_in)
+    return ModelInput(batch, sampling, all_drafts)
+
+
+def sample_step(logits: torch.Tensor, step: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
+    """Sample for every request that reached its end: one token, or (with drafts) the verified run
+    of drafts plus one."""
+    drafts_of = step.drafts or [[]] * len(step.sampling)
+    sampled, row = {}, 0
+    for request, drafts in zip(step.sampling, drafts_of):
+        generator = generators.get(request.request_id)
+        if not drafts:
+            sampled[request.request_id] = sample(logits[row], request.sampling_params, generator)
+        else:
+            probs = None if request.spec_probs is None else request.spec_probs[:len(drafts)]
+            sampled[request.request_id], _ = rejection_sample(logits[row:row + len(drafts) + 1], drafts, probs,
+                                                              request.sampling_params, generator)
+        row += len(drafts) + 1
+    return sampled
+
+
 class ModelRunner:
+    """The model and its paged KV cache on one device: ``[2, num_blocks, block_size, kv_heads,
+    head_dim]`` per layer, where kv_heads are the model's attention layers' own (a tensor-parallel
+    shard's share)."""
+
     def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int, num_cpu_blocks: int = 0,
                  attention_backend: str = "torch") -> None:
         self.model = model
         self.block_size = block_size
         param = next(model.parameters())
         self.build_metadata = _metadata_builder(attention_backend)
-        c = model.config
-        shape = (2, num_blocks, block_size, c.num_key_value_heads, c.head_dim)
-        self.kv_caches = [torch.zeros(shape, dtype=param.dtype, device=param.device) for _ in range(c.num_hidden_layers)]
+        attn = model.model.layers[0].self_attn
+        shape = (2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
+        layers = model.config.num_hidden_layers
+        self.kv_caches = [torch.zeros(shape, dtype=param.dtype, device=param.device) for _ in range(layers)]
         cpu_shape = (2, num_cpu_blocks, *shape[2:])
-        self.cpu_caches = [torch.zeros(cpu_shape, dtype=param.dtype) for _ in range(c.num_hidden_layers)] if num_cpu_blocks else []
+        self.cpu_caches = [torch.zeros(cpu_shape, dtype=param.dtype) for _ in range(layers)] if num_cpu_blocks else []
         self.device = param.device
 
     def _copy_blocks(self, pairs: list[tuple[int, int]], to_cpu: bool) -> None:
@@ -77,48 +135,20 @@ class ModelRunner:
 
     def prepare(self, out: SchedulerOutput, requests: dict[str, Request],
                 block_tables: dict[str, list[int]]) -> ModelInput:
-        """Flatten the step's new tokens, their positions and slots, and the attention metadata."""
-        ids, positions, slots, query_lens, seq_lens, tables, logit_rows, sampling = [], [], [], [], [], [], [], []
-        all_drafts = []
-        for request_id, count in out.num_scheduled_tokens.items():
-            request = requests[request_id]
-            first, last = request.num_computed_tokens, request.num_computed_tokens + count
-            drafts = out.spec_token_ids.get(request_id, [])
-            table = block_tables[request_id]
-            ids += request.token_ids(first, last - len(drafts)) + drafts
-            positions += range(first, last)
-            slots += [table[p // self.block_size] * self.block_size + p % self.block_size for p in range(first, last)]
-            query_lens.append(count)
-            seq_lens.append(last)
-            tables.append(table)
-            if last - len(drafts) == request.num_tokens:
-                logit_rows += range(len(ids) - 1 - len(drafts), len(ids))
-                sampling.append(request)
-                all_drafts.append(drafts)
-        device = self.device
-        return ModelInput(
-            torch.tensor(ids, device=device), torch.tensor(positions, device=device),
-            self.build_metadata(slots, query_lens, seq_lens, tables, self.block_size, device),
-            torch.tensor(logit_rows, device=device, dtype=torch.long), sampling, out.swap_out, out.swap_in,
-            all_drafts,
-        )
+        return prepare(out, requests, block_tables, self.block_size)
 
     @torch.inference_mode()
-    def execute(self, batch: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
-        """Move swapped KV, run the forward pass, and sample for every request that reached its end:
-        one token, or (with drafts) the verified run of drafts plus one."""
+    def forward(self, batch: StepBatch) -> torch.Tensor:
+        """Move swapped KV, then run the forward pass: logits at ``batch.logits_indices``."""
         self._copy_blocks(batch.swap_out, to_cpu=True)
         self._copy_blocks(batch.swap_in, to_cpu=False)
-        logits = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.metadata, batch.logits_indices)
-        drafts_of = batch.drafts or [[]] * len(batch.sampling)
-        sampled, row = {}, 0
-        for request, drafts in zip(batch.sampling, drafts_of):
-            generator = generators.get(request.request_id)
-            if not drafts:
-                sampled[request.request_id] = sample(logits[row], request.sampling_params, generator)
-            else:
-                probs = None if request.spec_probs is None else request.spec_probs[:len(drafts)]
-                sampled[request.request_id], _ = rejection_sample(logits[row:row + len(drafts) + 1], drafts, probs,
-                                                                  request.sampling_params, generator)
-            row += len(drafts) + 1
-        return sampled
+        device = self.device
+        metadata = self.build_metadata(batch.slots, batch.query_lens, batch.seq_lens, batch.block_tables,
+                                       self.block_size, device)
+        return self.model(torch.tensor(batch.input_ids, device=device), torch.tensor(batch.positions, device=device),
+                          self.kv_caches, metadata,
+                          torch.tensor(batch.logits_indices, device=device, dtype=torch.long))
+
+    def execute(self, step: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
+        """The forward pass, then sampling (see ``sample_step``)."""
+        return sample_step(self.forward(step.batch), step, generators)

@@ -96,20 +96,22 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class LlamaAttention(nn.Module):
+    """Grouped-query attention over ``num_heads`` query heads and ``num_kv_heads`` KV heads: all of
+    the config's, or one tensor-parallel rank's share of them (``models/tensor_parallel_llama.py``)."""
+
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
-        self.config = config
         hd, h, kvh = config.head_dim, config.num_attention_heads, config.num_key_value_heads
+        self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
         self.q_proj = nn.Linear(config.hidden_size, h * hd, bias=False)
         self.k_proj = nn.Linear(config.hidden_size, kvh * hd, bias=False)
         self.v_proj = nn.Linear(config.hidden_size, kvh * hd, bias=False)
         self.o_proj = nn.Linear(h * hd, config.hidden_size, bias=False)
 
     def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
-        c = self.config
-        q = self.q_proj(x).unflatten(-1, (c.num_attention_heads, c.head_dim))
-        k = self.k_proj(x).unflatten(-1, (c.num_key_value_heads, c.head_dim))
-        v = self.v_proj(x).unflatten(-1, (c.num_key_value_heads, c.head_dim))
+        q = self.q_proj(x).unflatten(-1, (self.num_heads, self.head_dim))
+        k = self.k_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).unflatten(-1, (self.num_kv_heads, self.head_dim))
         return apply_rotary(q, *rope), apply_rotary(k, *rope), v
 
     def forward_dense(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -123,7 +125,7 @@ class LlamaAttention(nn.Module):
         """x: [N, hidden] new tokens; their K/V are written to ``kv_cache`` before attending."""
         q, k, v = self._qkv(x, rope)
         metadata.write(kv_cache, k, v)
-        out = metadata.attend(q, kv_cache, 1.0 / math.sqrt(self.config.head_dim))
+        out = metadata.attend(q, kv_cache, 1.0 / math.sqrt(self.head_dim))
         return self.o_proj(out.flatten(-2))
 
 

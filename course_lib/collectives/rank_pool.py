@@ -1,0 +1,111 @@
+"""A pool of N ranks that stay up between calls: for work that talks to its ranks step by step.
+
+    pool = RankPool(2, load_shard, "tiny-llama")    # each rank: state = load_shard("tiny-llama")
+    pool.call(forward, batch)                        # each rank: forward(state, batch); results in rank order
+    pool.close()
+
+``run_on_ranks`` starts fresh processes for one function; an engine that runs one forward pass
+per step cannot pay a second of start-up each step. The pool starts its ranks once (the same set-up
+as ``run_on_ranks``: one process group, traced collectives, output passed on), then every ``call``
+sends one command to every rank and waits for all their results.
+
+The launcher's guarantees hold per call: when a call passes ``timeout_s``, or a rank raises or
+dies, every rank is stopped and ``CollectiveTimeout`` / ``RankFailure`` says which rank was where.
+A stopped pool refuses further calls (its ranks' state is gone): make a new one.
+
+Commands travel by pickle, so ``fn`` must be a module-level function; the set-up function and its
+arguments are inherited when ranks start by ``fork`` (Linux), so a model object passes for free.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import torch.distributed as dist
+
+from course_lib.collectives.launch import RankProcesses, default_backend, join_process_group, report_result
+
+_STOP = None  # the command that ends a rank's loop
+
+
+def _pool_rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
+                    setup: Callable, args: tuple, kwargs: dict, commands, messages, native_log: str) -> None:
+    state: dict[str, Any] = {}
+
+    def start() -> None:
+        join_process_group(rank, world_size, backend, init_method, timeout_s, True, messages, native_log)
+        state["value"] = setup(*args, **kwargs)
+
+    try:
+        report_result(messages, rank, start)
+        while (command := commands.get()) is not _STOP:
+            fn, call_args, call_kwargs = command
+            report_result(messages, rank, lambda: fn(state["value"], *call_args, **call_kwargs))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _shut_down(ranks: RankProcesses, commands: list, grace_s: float) -> None:
+    for queue in commands:
+        try:
+            queue.put(_STOP)
+        except (ValueError, OSError):  # already closed
+            pass
+    ranks.stop(grace_s)
+    for queue in commands:
+        queue.close()
+
+
+class RankPool:
+    """``world_size`` ranks in one process group, each holding ``setup(*args, **kwargs)``'s result.
+
+    Invariant: every rank has run the same commands in the same order; a call returns only when
+    every rank has answered it."""
+
+    def __init__(self, world_size: int, setup: Callable, *args, backend: str | None = None,
+                 timeout_s: float = 60.0, on_print: Callable[[int, str], None] | None = None, **kwargs) -> None:
+        self.world_size, self.timeout_s = world_size, timeout_s
+        self.backend = backend or default_backend(world_size)
+        self._ranks = RankProcesses(world_size, setup, on_print, "rank_pool_")
+        self._commands = [self._ranks.context.Queue() for _ in range(world_size)]
+        self._closed_because: str | None = None
+        self._finalizer = weakref.finalize(self, _shut_down, self._ranks, self._commands, 0.5)
+        ranks = self._ranks
+        ranks.start(_pool_rank_main, lambda rank: (rank, world_size, self.backend, ranks.init_method, timeout_s,
+                                                   setup, args, kwargs, self._commands[rank], ranks.messages,
+                                                   ranks.native.paths[rank]))
+        self._wait("starting the ranks", timeout_s)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _wait(self, what: str, timeout_s: float) -> list:
+        try:
+            return self._ranks.collect(timeout_s)
+        except BaseException as error:  # a failed or timed-out call leaves the ranks out of step: stop them all
+            self._closed_because = f"{type(error).__name__} while {what}"
+            self._finalizer()
+            raise
+
+    def call(self, fn: Callable, *args, timeout_s: float | None = None, **kwargs) -> list:
+        """``fn(state, *args, **kwargs)`` on every rank; their results in rank order."""
+        if self.closed:
+            why = f" after a {self._closed_because}" if self._closed_because else ""
+            raise RuntimeError(f"This pool's ranks were stopped{why}; start a new one.")
+        for queue in self._commands:
+            queue.put((fn, args, kwargs))
+        return self._wait(f"running {getattr(fn, '__name__', fn)}", timeout_s or self.timeout_s)
+
+    def close(self) -> None:
+        """Stop the ranks (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> "RankPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

@@ -1,0 +1,85 @@
+"""The model runner for ``tensor_parallel_size > 1``: one worker per rank, the scheduler stays here.
+
+As in vLLM V1's multiprocess executor, this process keeps the scheduler, the KV cache manager and
+sampling; N rank workers (a ``RankPool``: gloo on CPUs, NCCL with a GPU per rank) each hold one
+shard of the model (``models/tensor_parallel_llama.py``) and a ``ModelRunner`` whose paged KV
+cache stores only that rank's KV heads. Every block id means the same block on every rank: the
+one block table this process keeps indexes all N caches.
+
+Each step, every rank receives the same ``StepBatch`` (plain lists), runs its forward pass (two
+all-reduces per layer join the ranks' partial sums) and rank 0 sends back the logits; the others'
+are identical. ``all_reduces_per_step`` is what each rank counted in its last forward pass.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from course_lib.collectives.launch import default_backend
+from course_lib.collectives.rank_pool import RankPool
+from course_lib.engine.backend import resolve_attention_backend
+from course_lib.engine.model_runner import ModelInput, ModelRunner, StepBatch, prepare, sample_step
+from course_lib.engine.request import Request
+from course_lib.engine.scheduler import SchedulerOutput
+from course_lib.models.llama import LlamaForCausalLM
+from course_lib.models.tensor_parallel_llama import shard_llama_
+
+
+class _Worker:
+    """One rank's shard, its runner, and the all-reduces its last forward pass made."""
+
+    def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int, num_cpu_blocks: int,
+                 attention_backend: str | None, dtype: torch.dtype, backend: str) -> None:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        self.comm = shard_llama_(model, rank, world)  # this process's copy of the model (fork: copy on write)
+        device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+        model.to(device=device, dtype=dtype).eval()
+        self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
+        self.runner = ModelRunner(model, num_blocks, block_size, num_cpu_blocks, self.attention_backend)
+
+
+def _forward(worker: _Worker, batch: StepBatch) -> tuple[torch.Tensor | None, int]:
+    worker.comm.forward.clear()
+    logits = worker.runner.forward(batch)
+    return (logits if dist.get_rank() == 0 else None), len(worker.comm.forward)
+
+
+def _describe(worker: _Worker) -> dict:
+    attn = worker.runner.model.model.layers[0].self_attn
+    return {"attention_backend": worker.attention_backend, "device": str(worker.runner.device),
+            "num_heads": attn.num_heads, "num_kv_heads": attn.num_kv_heads,
+            "kv_cache_shape": tuple(worker.runner.kv_caches[0].shape)}
+
+
+class TensorParallelRunner:
+    """``ModelRunner``'s ``prepare`` / ``execute``, run over ``tensor_parallel_size`` rank workers.
+
+    ``model`` must be on the CPU (each worker moves its shard to its own device); ``timeout_s``
+    bounds every step, so a rank that hangs or dies raises instead of stalling the caller."""
+
+    def __init__(self, model: LlamaForCausalLM, tensor_parallel_size: int, num_blocks: int, block_size: int,
+                 num_cpu_blocks: int, attention_backend: str | None, dtype: torch.dtype, backend: str | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self.block_size = block_size
+        backend = backend or default_backend(tensor_parallel_size)
+        self.pool = RankPool(tensor_parallel_size, _Worker, model, num_blocks, block_size, num_cpu_blocks,
+                             attention_backend, dtype, backend, backend=backend, timeout_s=timeout_s)
+        self.ranks = self.pool.call(_describe)
+        self.attention_backend = self.ranks[0]["attention_backend"]
+        self.all_reduces_per_step = 0
+
+    def prepare(self, out: SchedulerOutput, requests: dict[str, Request],
+                block_tables: dict[str, list[int]]) -> ModelInput:
+        return prepare(out, requests, block_tables, self.block_size)
+
+    def execute(self, step: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
+        results = self.pool.call(_forward, step.batch)
+        counts = {count for _, count in results}
+        if len(counts) != 1:  # every rank runs the same layers: a difference is a bug, not noise
+            raise RuntimeError(f"The ranks made different numbers of all-reduces in one step: {sorted(counts)}.")
+        self.all_reduces_per_step = counts.pop()
+        return sample_step(results[0][0], step, generators)
+
+    def close(self) -> None:
+        self.pool.close()

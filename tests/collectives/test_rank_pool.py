@@ -1,0 +1,77 @@
+"""The persistent rank pool: state kept between calls, the launcher's timeout and failure reports."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_lib.collectives.launch import CollectiveTimeout, RankFailure
+from course_lib.collectives.rank_pool import RankPool
+
+
+def make_counter(start: float) -> dict:
+    return {"total": start, "rank": dist.get_rank()}
+
+
+def add_and_sum(state: dict, x: float) -> float:
+    state["total"] += x + state["rank"]
+    t = torch.tensor([state["total"]])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def rank_one_skips(state: dict) -> str:
+    if state["rank"] == 1:
+        return "skipped"
+    dist.all_reduce(torch.ones(1))
+    return "done"
+
+
+def rank_one_raises(state: dict) -> None:
+    if state["rank"] == 1:
+        raise ValueError("rank 1 cannot do this")
+    dist.all_reduce(torch.ones(1))
+
+
+def pid(state: dict) -> int:
+    return os.getpid()
+
+
+def test_state_persists_between_calls_and_ranks_stay_in_one_group():
+    with RankPool(2, make_counter, 10.0, timeout_s=20) as pool:
+        assert pool.call(add_and_sum, 1.0) == [23.0, 23.0]  # (10+1+0) + (10+1+1)
+        assert pool.call(add_and_sum, 1.0) == [26.0, 26.0]  # the totals carried over: 12 + 14
+        first = pool.call(pid)
+        assert pool.call(pid) == first and len(set(first)) == 2  # the same two processes every call
+    assert pool.closed
+
+
+def test_a_hang_times_out_naming_the_pending_collective_and_stops_the_pool():
+    pool = RankPool(2, make_counter, 0.0, timeout_s=3)
+    pids = pool.call(pid)
+    with pytest.raises(CollectiveTimeout, match=r"rank 0: inside all_reduce"):
+        pool.call(rank_one_skips)
+    assert pool.closed
+    for rank_pid in pids:  # the ranks are gone, not left spinning
+        with pytest.raises(ProcessLookupError):
+            os.kill(rank_pid, 0)
+    with pytest.raises(RuntimeError, match="stopped after a CollectiveTimeout while running rank_one_skips"):
+        pool.call(pid)
+
+
+def test_a_rank_that_raises_is_reported_first():
+    pool = RankPool(2, make_counter, 0.0, timeout_s=10)
+    with pytest.raises(RankFailure, match=r"rank 1 raised:(.|\n)*rank 1 cannot do this"):
+        pool.call(rank_one_raises)
+    assert pool.closed
+    pool.close()  # idempotent
+
+
+def no_weights_here() -> None:
+    raise FileNotFoundError("no weights here")
+
+
+def test_a_failing_setup_raises_from_the_constructor():
+    with pytest.raises(RankFailure, match="FileNotFoundError: no weights here"):
+        RankPool(2, no_weights_here, timeout_s=10)
