@@ -9,6 +9,9 @@ Parts, in this order (those in fresh processes first, before this process holds 
   ring_benchmark   (2+ GPUs) ``course_lib.collectives.ring_bench``: the hand ring against NCCL's all-reduce
   nccl_bench       (2+ GPUs) ``course_lib.collectives.bench`` under torchrun on every GPU: nccl-tests' algbw and
                    busbw of the six collectives up to 64 MiB, also saved as ``benchmarks/results/nccl_bench_<gpu>.json``
+  tensor_parallel  (2+ GPUs) one-shot and two-shot all-reduce on ``torch.distributed._symmetric_memory`` checked
+                   against NCCL's and timed with it and the hand ring (1 KiB .. 64 MiB); the engine at
+                   tensor_parallel_size=2 against 1, greedy bf16 tokens
   bandwidth        ``course_lib.kernels.benchmark``'s decode-attention sweep, with roofline predictions
   engine_tokens    greedy tokens of the shipped tiny-llama in bf16: Triton backend against PyTorch's
 
@@ -65,6 +68,12 @@ from course_lib.collectives.launch import default_backend
 n, sizes = int(sys.argv[1]), json.loads(sys.argv[2])
 result = {"world_size": n, "backend": default_backend(n), "rows": benchmark(n, sizes, repeats=3)}
 json.dump(result, open(sys.argv[3], "w"))
+"""
+
+TENSOR_PARALLEL_SCRIPT = """
+import json, sys
+from course_lib.gpu_report import tensor_parallel_check
+json.dump(tensor_parallel_check(int(sys.argv[1])), open(sys.argv[2], "w"))
 """
 
 
@@ -171,17 +180,45 @@ def pytest_part(path: str, timeout_s: float) -> Callable[[], tuple[bool, dict]]:
     return run
 
 
-def ring_benchmark(world_size: int, timeout_s: float, sizes: list[int] = SIZES) -> Callable[[], tuple[bool, dict]]:
-    """A part timing ``course_lib.collectives.ring_bench.benchmark`` on ``world_size`` ranks in a fresh process
-    (ranks forked from a process that has used CUDA would fall back to gloo)."""
+def script_part(script: str, args: list[str], timeout_s: float,
+                passed: Callable[[dict], bool] = lambda result: True) -> Callable[[], tuple[bool, dict]]:
+    """A part running ``script`` in a fresh Python (ranks forked from a process that has used CUDA
+    would fall back to gloo) with ``args`` and the path of the JSON it writes appended; the part
+    passes when the script exits 0 and ``passed(result)``."""
     def run() -> tuple[bool, dict]:
         with tempfile.TemporaryDirectory() as folder:
-            out = Path(folder) / "ring.json"
-            args = [sys.executable, "-c", RING_SCRIPT, str(world_size), json.dumps(sizes), str(out)]
-            code, output = run_command(args, timeout_s)
+            out = Path(folder) / "result.json"
+            code, output = run_command([sys.executable, "-c", script, *args, str(out)], timeout_s)
             result = json.loads(out.read_text()) if code == 0 else {}
-        return code == 0, {**result, "exit_code": code, "timed_out": code is None, "tail": tail(output)}
+        return code == 0 and passed(result), {**result, "exit_code": code, "timed_out": code is None,
+                                              "tail": tail(output)}
     return run
+
+
+def ring_benchmark(world_size: int, timeout_s: float, sizes: list[int] = SIZES) -> Callable[[], tuple[bool, dict]]:
+    """A part timing ``course_lib.collectives.ring_bench.benchmark`` on ``world_size`` ranks."""
+    return script_part(RING_SCRIPT, [str(world_size), json.dumps(sizes)], timeout_s)
+
+
+def tensor_parallel_check(world_size: int) -> dict:
+    """Run in a process that has not used CUDA: ``symmetric.largest_difference`` and
+    ``symmetric.benchmark`` on ``world_size`` GPUs under NCCL, then greedy bf16 tokens of the
+    engine at tensor_parallel_size=2 against 1 (TP=2 first: its ranks fork from this process)."""
+    from course_lib.collectives import symmetric
+    from course_lib.collectives.launch import run_on_ranks
+    from course_lib.engine.llm import LLM
+    from course_lib.engine.sampling_params import SamplingParams
+
+    difference = max(run_on_ranks(symmetric.largest_difference, world_size, backend="nccl"))
+    rows = symmetric.benchmark(world_size, backend="nccl")
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+    tokens = {}
+    for size in (2, 1):
+        with LLM("tiny-llama", device="cuda", dtype=torch.bfloat16, tensor_parallel_size=size, num_gpu_blocks=256,
+                 attention_backend="torch") as llm:
+            tokens[size] = [output.outputs[0].token_ids for output in llm.generate(list(PROMPTS), params)]
+    return {"world_size": world_size, "largest_difference": difference, "rows": rows,
+            "crossovers": symmetric.crossovers(rows), "engine": compare_tokens(tokens[2], tokens[1])}
 
 
 def nccl_bench(gpu_count: int, timeout_s: float, max_bytes: str = "64M", warmup: int = 3,
@@ -251,6 +288,10 @@ def default_parts(gpu_count: int) -> list[Part]:
         Part("collectives_tests", pytest_part("tests/collectives", timeout_s=100), min_gpus=2),
         Part("ring_benchmark", ring_benchmark(min(gpu_count, 8), timeout_s=90), min_gpus=2),
         Part("nccl_bench", nccl_bench(gpu_count, timeout_s=90), min_gpus=2),
+        # float32 sums in a different order: 1e-3 of O(10) values; bf16 tokens may part where logits nearly tie
+        Part("tensor_parallel", script_part(TENSOR_PARALLEL_SCRIPT, [str(min(gpu_count, 8))], timeout_s=150,
+                                            passed=lambda result: result["largest_difference"] < 1e-3),
+             min_gpus=2),
         Part("bandwidth", bandwidth),
         Part("engine_tokens", engine_tokens),
     ]

@@ -201,3 +201,17 @@ def test_the_docstring_lists_every_part_in_order():
     block = gpu_report.__doc__.split("Parts, in this order")[1].split("\n\n")[1]
     listed = [line.split()[0] for line in block.splitlines() if line.startswith("  ") and not line.startswith("   ")]
     assert listed == names
+
+
+def test_a_script_part_passes_only_when_its_check_of_the_result_holds():
+    script = "import json, sys\njson.dump({'value': int(sys.argv[1])}, open(sys.argv[2], 'w'))"
+    passed, result = gpu_report.script_part(script, ["3"], timeout_s=60, passed=lambda r: r["value"] > 2)()
+    assert passed and result["value"] == 3 and result["exit_code"] == 0
+    passed, result = gpu_report.script_part(script, ["1"], timeout_s=60, passed=lambda r: r["value"] > 2)()
+    assert not passed and result["value"] == 1
+
+
+def test_the_tensor_parallel_part_runs_from_two_gpus():
+    assert "tensor_parallel" not in [part.name for part in gpu_report.default_parts(1) if part.min_gpus <= 1]
+    part = next(part for part in gpu_report.default_parts(2) if part.name == "tensor_parallel")
+    assert part.min_gpus == 2

@@ -18,6 +18,11 @@ once bandwidth, not the extra round, dominates.
 
 The data written before a signal is visible to a reader that sees the signal because x86 keeps
 stores in order (and loads in order); GPUs need release/acquire atomics on the signal pad.
+
+On CUDA ranks (NCCL, a GPU each) ``DeviceSymmetricBuffers`` takes ``SymmetricBuffers``' place:
+the same two functions then run PyTorch's kernels on a buffer from ``_symmetric_memory.empty``.
+``symmetric_buffers`` picks the right one for the process group. (PyTorch marks that module
+alpha: its names may change between releases.)
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib.collectives.launch import progress_lines, run_on_ranks
+from course_lib.collectives.ring import ring_all_reduce
 from course_lib.perf.units import KiB, MiB
 
 SIZES = [KiB * 4**k for k in range(9)]  # 1 KiB .. 64 MiB
@@ -131,9 +137,54 @@ class SymmetricBuffers:
         self.close()
 
 
-def one_shot_all_reduce(tensor: torch.Tensor, buffers: SymmetricBuffers) -> torch.Tensor:
+class DeviceSymmetricBuffers:
+    """One rank's CUDA buffer of ``numel`` elements from ``torch.distributed._symmetric_memory.empty``,
+    rendezvoused with every rank of the world group (which exchanges the peers' addresses and sets
+    up the signal pads). Collective, like ``SymmetricBuffers``; the reductions are PyTorch's kernels
+    ``torch.ops.symm_mem.one_shot_all_reduce`` and ``two_shot_all_reduce_``, which read the peers'
+    buffers over NVLink."""
+
+    def __init__(self, numel: int, dtype: torch.dtype = torch.bfloat16) -> None:
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.numel, self.dtype = numel, dtype
+        self.group_name = dist.group.WORLD.group_name
+        self.buffer = symm_mem.empty(numel, dtype=dtype, device=torch.device("cuda", torch.cuda.current_device()))
+        self.handle = symm_mem.rendezvous(self.buffer, self.group_name)
+
+    def staged(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` copied into the front of this rank's symmetric buffer (the kernels read it there)."""
+        if tensor.dtype != self.dtype or tensor.numel() > self.numel or tensor.device != self.buffer.device:
+            raise ValueError(f"expected a {self.dtype} tensor of at most {self.numel} elements on {self.buffer.device}, "
+                             f"got {tensor.dtype} of {tensor.numel()} on {tensor.device}")
+        view = self.buffer[:tensor.numel()]
+        view.copy_(tensor.reshape(-1))
+        return view
+
+    def close(self) -> None:
+        self.buffer = self.handle = None
+
+    def __enter__(self) -> DeviceSymmetricBuffers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def symmetric_buffers(numel: int, dtype: torch.dtype, timeout_s: float = 10.0) -> SymmetricBuffers | DeviceSymmetricBuffers:
+    """The symmetric buffers for this process group: on the GPU under NCCL, in shared memory otherwise."""
+    if dist.get_backend() != "gloo" and torch.cuda.is_available():
+        return DeviceSymmetricBuffers(numel, dtype)
+    return SymmetricBuffers(numel, dtype, timeout_s)
+
+
+def one_shot_all_reduce(tensor: torch.Tensor, buffers: SymmetricBuffers | DeviceSymmetricBuffers) -> torch.Tensor:
     """Sum ``tensor`` over all ranks, in place, by reading every peer's buffer; return it.
     Every rank adds in rank order, so all ranks get the same bits."""
+    if isinstance(buffers, DeviceSymmetricBuffers):
+        summed = torch.ops.symm_mem.one_shot_all_reduce(buffers.staged(tensor), "sum", buffers.group_name)
+        return tensor.copy_(summed.view_as(tensor))
     flat, views = buffers.begin(tensor)
     buffers.signal()
     buffers.wait()
@@ -143,10 +194,14 @@ def one_shot_all_reduce(tensor: torch.Tensor, buffers: SymmetricBuffers) -> torc
     return tensor
 
 
-def two_shot_all_reduce(tensor: torch.Tensor, buffers: SymmetricBuffers) -> torch.Tensor:
+def two_shot_all_reduce(tensor: torch.Tensor, buffers: SymmetricBuffers | DeviceSymmetricBuffers) -> torch.Tensor:
     """Sum ``tensor`` over all ranks, in place: reduce this rank's 1/N slice (``tensor_split``)
     from every buffer into its own buffer, then gather the peers' reduced slices; return it.
     Slice r of any buffer is written only by rank r, and only after every rank's data is in."""
+    if isinstance(buffers, DeviceSymmetricBuffers):
+        staged = buffers.staged(tensor)
+        torch.ops.symm_mem.two_shot_all_reduce_(staged, "sum", buffers.group_name)
+        return tensor.copy_(staged.view_as(tensor))
     rank = buffers.rank
     flat, views = buffers.begin(tensor)
     buffers.signal()
@@ -165,23 +220,52 @@ def two_shot_all_reduce(tensor: torch.Tensor, buffers: SymmetricBuffers) -> torc
     return tensor
 
 
+def largest_difference(sizes: tuple[int, ...] = (1, 7, 1000, 1 << 20), dtype: torch.dtype = torch.float32) -> float:
+    """Run on every rank: the largest |one-shot or two-shot - ``dist.all_reduce``| over random
+    tensors of each size (each algorithm twice on the same buffers), on this rank's device."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() != "gloo" else torch.device("cpu")
+    worst = 0.0
+    with symmetric_buffers(max(sizes), dtype) as buffers:
+        for repeat in range(2):
+            for size in sizes:
+                for all_reduce in (one_shot_all_reduce, two_shot_all_reduce):
+                    generator = torch.Generator().manual_seed(1000 * dist.get_rank() + 10 * size + repeat)
+                    data = torch.randn(size, dtype=dtype, generator=generator).to(device)
+                    expected = data.clone()
+                    dist.all_reduce(expected)
+                    worst = max(worst, (all_reduce(data, buffers) - expected).abs().max().item())
+    return worst
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def time_all_reduces(sizes: list[int], repeats: int, report_steps: bool = False) -> list[dict]:
     """Run on every rank: for each message size (bytes of float32), the slowest rank's median
-    seconds of one-shot, two-shot and the backend's ``dist.all_reduce``, interleaved repeat by
-    repeat. Every rank returns the same rows; ``report_steps``: rank 0 prints ``STEP_MARKER``
-    and the size's index as each size is done."""
+    seconds of one-shot, two-shot, the hand-written ring (``collectives/ring.py``) and the
+    backend's own ``dist.all_reduce`` (keyed ``gloo_s`` or ``nccl_s``), interleaved repeat by
+    repeat. Under NCCL the tensors live on each rank's GPU. Every rank returns the same rows;
+    ``report_steps``: rank 0 prints ``STEP_MARKER`` and the size's index as each size is done."""
+    backend = dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend != "gloo" else torch.device("cpu")
     contenders: dict[str, Callable] = {"one_shot_s": one_shot_all_reduce, "two_shot_s": two_shot_all_reduce,
-                                       "gloo_s": lambda tensor, _buffers: dist.all_reduce(tensor)}
+                                       "ring_s": lambda tensor, _buffers: ring_all_reduce(tensor),
+                                       f"{'gloo' if backend == 'gloo' else 'nccl'}_s":
+                                           lambda tensor, _buffers: dist.all_reduce(tensor)}
     rows = []
-    with SymmetricBuffers(max(sizes) // 4, timeout_s=60.0) as buffers:
+    with symmetric_buffers(max(sizes) // 4, torch.float32, timeout_s=60.0) as buffers:
         for step, size in enumerate(sizes):
-            data = torch.ones(size // 4)
+            data = torch.ones(size // 4, device=device)
             samples: dict[str, list[float]] = {name: [] for name in contenders}
             for _ in range(repeats):
                 for name, all_reduce in contenders.items():
                     dist.barrier()
+                    _synchronize(device)
                     started = time.perf_counter()
                     all_reduce(data, buffers)
+                    _synchronize(device)
                     samples[name].append(time.perf_counter() - started)
                     data.fill_(1.0)
             medians = {name: statistics.median(values) for name, values in samples.items()}
@@ -194,18 +278,26 @@ def time_all_reduces(sizes: list[int], repeats: int, report_steps: bool = False)
 
 
 def benchmark(world_size: int, sizes: list[int] = SIZES, repeats: int = 5,
-              on_step: Callable[[int], None] | None = None, timeout_s: float = 600.0) -> list[dict]:
-    """``time_all_reduces`` on ``world_size`` local ranks; its rows. ``on_step(i)`` is called for
-    i = 0 .. ``len(sizes) - 1`` as rank 0 finishes each size."""
-    return run_on_ranks(time_all_reduces, world_size, sizes, repeats, report_steps=True, backend="gloo",
+              on_step: Callable[[int], None] | None = None, timeout_s: float = 600.0,
+              backend: str = "gloo") -> list[dict]:
+    """``time_all_reduces`` on ``world_size`` local ranks (``backend="nccl"``: a GPU each); its rows.
+    ``on_step(i)`` is called for i = 0 .. ``len(sizes) - 1`` as rank 0 finishes each size."""
+    return run_on_ranks(time_all_reduces, world_size, sizes, repeats, report_steps=True, backend=backend,
                         timeout_s=timeout_s, trace_calls=False, on_print=progress_lines(STEP_MARKER, on_step))[0]
 
 
+BASELINES = ("gloo", "nccl", "ring")  # what the symmetric all-reduces are compared with, when a row has it
+
+
 def crossovers(rows: list[dict]) -> dict[str, int | None]:
-    """For each pairing, the smallest message size (bytes) from which the first is faster at
-    every larger size of ``rows``; None if it is not faster at the largest."""
-    pairs = {"two_shot_over_one_shot": ("two_shot_s", "one_shot_s"), "one_shot_over_gloo": ("one_shot_s", "gloo_s"),
-             "two_shot_over_gloo": ("two_shot_s", "gloo_s")}
+    """For each pairing (two-shot over one-shot, then each symmetric all-reduce over each baseline
+    the rows hold), the smallest message size (bytes) from which the first is faster at every
+    larger size of ``rows``; None if it is not faster at the largest."""
+    pairs = {"two_shot_over_one_shot": ("two_shot_s", "one_shot_s")}
+    for baseline in BASELINES:
+        if f"{baseline}_s" in rows[0]:
+            for shot in ("one_shot", "two_shot"):
+                pairs[f"{shot}_over_{baseline}"] = (f"{shot}_s", f"{baseline}_s")
     found: dict[str, int | None] = {}
     for label, (faster, slower) in pairs.items():
         found[label] = None

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib.collectives.launch import RankFailure, run_on_ranks
-from course_lib.collectives.symmetric import (SymmetricBuffers, crossovers, one_shot_all_reduce,
+from course_lib.collectives.symmetric import (SymmetricBuffers, crossovers, one_shot_all_reduce, symmetric_buffers,
                                               time_all_reduces, two_shot_all_reduce)
 
 SIZES = (1, 7, 1000, 1 << 20)
@@ -87,8 +87,22 @@ def test_rejects_tensors_that_do_not_fit(tmp_path):
 def test_timing_rows_and_crossovers():
     rows = run_on_ranks(time_all_reduces, 2, [1024, 4096], 2, trace_calls=False)
     assert rows[0] == rows[1] and [row["bytes"] for row in rows[0]] == [1024, 4096]
-    assert all(row[name] > 0 for row in rows[0] for name in ("one_shot_s", "two_shot_s", "gloo_s"))
+    assert all(row[name] > 0 for row in rows[0] for name in ("one_shot_s", "two_shot_s", "ring_s", "gloo_s"))
     table = [{"bytes": 1, "one_shot_s": 1.0, "two_shot_s": 2.0, "gloo_s": 3.0},
              {"bytes": 2, "one_shot_s": 2.0, "two_shot_s": 1.0, "gloo_s": 3.0},
              {"bytes": 4, "one_shot_s": 4.0, "two_shot_s": 1.0, "gloo_s": 3.0}]
     assert crossovers(table) == {"two_shot_over_one_shot": 2, "one_shot_over_gloo": None, "two_shot_over_gloo": 1}
+    with_ring = [{**row, "ring_s": 1.5} for row in table]
+    assert crossovers(with_ring) == {"two_shot_over_one_shot": 2, "one_shot_over_gloo": None,
+                                     "two_shot_over_gloo": 1, "one_shot_over_ring": None, "two_shot_over_ring": 2}
+
+
+def test_the_gpu_path_is_chosen_only_under_nccl_with_cuda():
+    # gloo ranks get shared-memory buffers; DeviceSymmetricBuffers needs CUDA and is checked by gpu-report
+    kinds = run_on_ranks(_buffer_kind, 2)
+    assert kinds == ["SymmetricBuffers", "SymmetricBuffers"]
+
+
+def _buffer_kind() -> str:
+    with symmetric_buffers(16, torch.float32) as buffers:
+        return type(buffers).__name__
