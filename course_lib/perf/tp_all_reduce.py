@@ -1,0 +1,128 @@
+"""Which all-reduce a tensor-parallel layer should use: one-shot, two-shot or the ring, in the
+alpha-beta model.
+
+Tensor parallelism all-reduces the activations twice per layer (after attention, after the MLP),
+tokens x hidden x dtype bytes each time: at decode a few KiB to a few hundred KiB, where the
+latency of each round, not bandwidth, sets the time. For a message of K bytes on N GPUs that
+can each move B bytes per second to their peers (NVSwitch: every pair at full speed) and pay
+alpha seconds per synchronisation round:
+
+  one-shot   t1 = alpha + (N-1) K / B            one round: every rank reads all N-1 peers'
+                                                 whole buffers and sums locally
+  two-shot   t2 = 2 alpha + 2 (N-1)/N K / B      two rounds over symmetric buffers: reduce-scatter
+                                                 (rank r sums slice r of every buffer), then
+                                                 all-gather of the reduced slices
+  ring       t  = 2 (N-1) alpha + 2 (N-1)/N K / B   the ring of ``course_lib.perf.comm.RING``
+
+One-shot and two-shot are ``AllReduceCost`` objects like the ring, so the crossovers come from
+``course_lib.perf.comm.crossover_bytes``. Setting t1 = t2:
+
+  K* = alpha B N / ((N-1)(N-2))       two-shot is faster from K* on; never on N = 2, where both
+                                      move K and two-shot pays one more round
+
+and one-shot stops beating the ring at (2N-3) K* (never on N = 2: the ring pays 2 alphas for
+one-shot's one, and the same K / B). In this model two-shot never loses to the ring (same
+bytes, 2 rounds instead of 2(N-1); equal on N = 2): inside one NVSwitch node the ring's one
+virtue, needing only neighbour links, buys nothing. Left out: the reads' contention in the
+switch, the kernel launch, and NCCL's pipelining of the ring (its LL protocols), so read the
+crossovers as orders of magnitude; ``course_lib.collectives.symmetric.benchmark`` measures the
+real ones on CPU ranks.
+
+Defaults: the ``NVLINK_4`` preset of ``course_lib.perf.interconnect`` (H100 SXM, 450 GB/s each
+way: NVIDIA's datasheet's 900 GB/s counts both directions; alpha 1 us, a typical order of
+magnitude, not a measurement).
+"""
+
+from __future__ import annotations
+
+from course_lib.checks import require_count, require_positive
+from course_lib.perf.comm import RING, AllReduceCost, crossover_bytes
+from course_lib.perf.comm_roofline import BF16_BYTES
+from course_lib.perf.interconnect import NVLINK_4, get_link
+
+DEFAULT_LINK = get_link(NVLINK_4)
+"""Where the defaults come from: NVLink 4 on H100, alpha 1 us, 450 GB/s per GPU each way."""
+DEFAULT_ALPHA_S = DEFAULT_LINK.alpha_s
+DEFAULT_BANDWIDTH = DEFAULT_LINK.bandwidth
+
+ONE_SHOT = AllReduceCost("one-shot", lambda n: 1, lambda n: n - 1)
+TWO_SHOT = AllReduceCost("two-shot", lambda n: 2, lambda n: 2 * (n - 1) / n)
+TP_ALGORITHMS: dict[str, AllReduceCost] = {cost.name: cost for cost in (ONE_SHOT, TWO_SHOT, RING)}
+"""The three contenders by name: "one-shot", "two-shot", "ring" (the ring is perf.comm's)."""
+
+ALL_REDUCES_PER_LAYER = 2
+"""A transformer layer under tensor parallelism all-reduces twice forward: after attention's
+row-parallel output projection and after the MLP's row-parallel down projection."""
+
+
+def _check(num_ranks: int, alpha_s: float, bandwidth: float) -> None:
+    require_count("num_ranks", num_ranks)
+    require_positive("alpha_s", alpha_s)
+    require_positive("bandwidth", bandwidth)
+
+
+def all_reduce_time(algorithm: str, num_ranks: int, num_bytes: float, alpha_s: float = DEFAULT_ALPHA_S,
+                    bandwidth: float = DEFAULT_BANDWIDTH) -> float:
+    """Seconds for ``algorithm`` ("one-shot", "two-shot" or "ring") to all-reduce ``num_bytes``
+    on ``num_ranks`` GPUs of ``bandwidth`` bytes/s each, ``alpha_s`` per round. 0 on one rank;
+    continuous and increasing in the bytes."""
+    if algorithm not in TP_ALGORITHMS:
+        raise KeyError(f"Unknown all-reduce {algorithm!r}; choose one of {list(TP_ALGORITHMS)}.")
+    _check(num_ranks, alpha_s, bandwidth)
+    return TP_ALGORITHMS[algorithm].time(num_ranks, num_bytes, alpha_s, 1 / bandwidth)
+
+
+def one_shot_time(num_ranks: int, num_bytes: float, alpha_s: float = DEFAULT_ALPHA_S,
+                  bandwidth: float = DEFAULT_BANDWIDTH) -> float:
+    """alpha + (N-1) K / B (0 on one rank)."""
+    return all_reduce_time("one-shot", num_ranks, num_bytes, alpha_s, bandwidth)
+
+
+def two_shot_time(num_ranks: int, num_bytes: float, alpha_s: float = DEFAULT_ALPHA_S,
+                  bandwidth: float = DEFAULT_BANDWIDTH) -> float:
+    """2 alpha + 2 (N-1)/N K / B (0 on one rank)."""
+    return all_reduce_time("two-shot", num_ranks, num_bytes, alpha_s, bandwidth)
+
+
+def ring_time(num_ranks: int, num_bytes: float, alpha_s: float = DEFAULT_ALPHA_S,
+              bandwidth: float = DEFAULT_BANDWIDTH) -> float:
+    """2 (N-1) alpha + 2 (N-1)/N K / B (0 on one rank): ``course_lib.perf.comm.RING``."""
+    return all_reduce_time("ring", num_ranks, num_bytes, alpha_s, bandwidth)
+
+
+def fastest(num_ranks: int, num_bytes: float, alpha_s: float = DEFAULT_ALPHA_S,
+            bandwidth: float = DEFAULT_BANDWIDTH) -> str:
+    """The name of the quickest algorithm for this message; on a tie the one listed first in
+    ``TP_ALGORITHMS`` (one-shot, two-shot, ring), so one-shot at exactly K*."""
+    times = {name: all_reduce_time(name, num_ranks, num_bytes, alpha_s, bandwidth) for name in TP_ALGORITHMS}
+    return min(times, key=times.get)
+
+
+def two_shot_crossover_bytes(num_ranks: int, alpha_s: float = DEFAULT_ALPHA_S,
+                             bandwidth: float = DEFAULT_BANDWIDTH) -> float | None:
+    """K* = alpha B N / ((N-1)(N-2)): below it one-shot is faster, from it on two-shot; None
+    for N <= 2, where two-shot never overtakes. It grows with alpha and B and falls with N."""
+    _check(num_ranks, alpha_s, bandwidth)
+    return crossover_bytes(ONE_SHOT, TWO_SHOT, num_ranks, alpha_s, 1 / bandwidth)
+
+
+def one_shot_ring_crossover_bytes(num_ranks: int, alpha_s: float = DEFAULT_ALPHA_S,
+                                  bandwidth: float = DEFAULT_BANDWIDTH) -> float | None:
+    """Where one-shot stops beating the ring: (2N-3) alpha B N / ((N-1)(N-2)) = (2N-3) K*;
+    None for N <= 2 (one-shot is faster at every size)."""
+    _check(num_ranks, alpha_s, bandwidth)
+    return crossover_bytes(ONE_SHOT, RING, num_ranks, alpha_s, 1 / bandwidth)
+
+
+def tp_message_bytes(tokens: int, hidden: int, dtype_bytes: int = BF16_BYTES) -> int:
+    """Bytes of one tensor-parallel all-reduce: the activations, tokens x hidden x dtype bytes
+    (bf16: 2). At decode ``tokens`` is the batch size, at prefill the prompt tokens."""
+    for name, value in (("tokens", tokens), ("hidden", hidden), ("dtype_bytes", dtype_bytes)):
+        require_count(name, value)
+    return tokens * hidden * dtype_bytes
+
+
+def tp_all_reduces_per_forward(num_layers: int) -> int:
+    """All-reduces in one forward pass: ``ALL_REDUCES_PER_LAYER`` (2) per layer."""
+    require_count("num_layers", num_layers)
+    return ALL_REDUCES_PER_LAYER * num_layers

@@ -1,0 +1,95 @@
+"""The TP all-reduce model: one-shot, two-shot and the ring at hand-computed values, and their crossovers."""
+
+import pytest
+
+from course_lib.perf.comm import RING
+from course_lib.perf.interconnect import NVLINK_4, get_link
+from course_lib.perf.tp_all_reduce import (
+    ALL_REDUCES_PER_LAYER,
+    DEFAULT_ALPHA_S,
+    DEFAULT_BANDWIDTH,
+    all_reduce_time,
+    fastest,
+    one_shot_ring_crossover_bytes,
+    one_shot_time,
+    ring_time,
+    tp_all_reduces_per_forward,
+    tp_message_bytes,
+    two_shot_crossover_bytes,
+    two_shot_time,
+)
+
+ALPHA, B = 5e-6, 400e9
+
+
+def test_times_at_hand_computed_values():
+    k = 1 << 20  # 1 MiB on 8 GPUs
+    assert one_shot_time(8, k, ALPHA, B) == pytest.approx(5e-6 + 7 * k / 400e9)
+    assert two_shot_time(8, k, ALPHA, B) == pytest.approx(10e-6 + 2 * 7 / 8 * k / 400e9)
+    assert ring_time(8, k, ALPHA, B) == pytest.approx(14 * 5e-6 + 2 * 7 / 8 * k / 400e9)
+    assert ring_time(8, k, ALPHA, B) == RING.time(8, k, ALPHA, 1 / B)  # the ring is perf.comm's
+    assert all_reduce_time("two-shot", 8, k, ALPHA, B) == two_shot_time(8, k, ALPHA, B)
+    assert one_shot_time(1, k) == two_shot_time(1, k) == ring_time(1, k) == 0.0
+    with pytest.raises(KeyError, match="one-shot"):
+        all_reduce_time("tree", 8, k)
+    with pytest.raises(ValueError):
+        one_shot_time(8, k, alpha_s=0)
+
+
+def test_crossover_at_hand_computed_value_and_closed_form():
+    assert two_shot_crossover_bytes(8, ALPHA, B) == pytest.approx(380952.38, abs=0.01)  # 5e-6 * 400e9 * 8 / 42
+    for n in (3, 4, 8, 16, 64):
+        closed = ALPHA * B * n / ((n - 1) * (n - 2))
+        assert two_shot_crossover_bytes(n, ALPHA, B) == pytest.approx(closed)
+        assert one_shot_ring_crossover_bytes(n, ALPHA, B) == pytest.approx((2 * n - 3) * closed)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_two_ranks_never_cross(n):
+    assert two_shot_crossover_bytes(n, ALPHA, B) is None
+    assert one_shot_ring_crossover_bytes(n, ALPHA, B) is None
+    for k in (1, 1 << 10, 1 << 30):
+        assert fastest(n, k, ALPHA, B) == "one-shot"
+
+
+@pytest.mark.parametrize("n", [3, 4, 8, 16])
+def test_crossover_is_where_the_curves_cross(n):
+    star = two_shot_crossover_bytes(n, ALPHA, B)
+    assert one_shot_time(n, star, ALPHA, B) == pytest.approx(two_shot_time(n, star, ALPHA, B), rel=1e-12)
+    assert one_shot_time(n, 0.9 * star, ALPHA, B) < two_shot_time(n, 0.9 * star, ALPHA, B)
+    assert one_shot_time(n, 1.1 * star, ALPHA, B) > two_shot_time(n, 1.1 * star, ALPHA, B)
+    assert fastest(n, 0.9 * star, ALPHA, B) == "one-shot" and fastest(n, 1.1 * star, ALPHA, B) == "two-shot"
+    ring = one_shot_ring_crossover_bytes(n, ALPHA, B)
+    assert one_shot_time(n, ring, ALPHA, B) == pytest.approx(ring_time(n, ring, ALPHA, B), rel=1e-12)
+    assert one_shot_time(n, 0.9 * ring, ALPHA, B) < ring_time(n, 0.9 * ring, ALPHA, B)
+    assert one_shot_time(n, 1.1 * ring, ALPHA, B) > ring_time(n, 1.1 * ring, ALPHA, B)
+    for k in (1, star, ring, 1 << 30):  # two-shot: the ring's bytes in two rounds, never slower
+        assert two_shot_time(n, k, ALPHA, B) <= ring_time(n, k, ALPHA, B)
+
+
+def test_monotonic():
+    sizes = [2**k for k in range(10, 27)]
+    for name in ("one-shot", "two-shot", "ring"):
+        times = [all_reduce_time(name, 8, k, ALPHA, B) for k in sizes]
+        assert times == sorted(times) and len(set(times)) == len(times)
+    # K* grows with alpha and bandwidth, falls with N
+    assert two_shot_crossover_bytes(8, 2 * ALPHA, B) == pytest.approx(2 * two_shot_crossover_bytes(8, ALPHA, B))
+    assert two_shot_crossover_bytes(8, ALPHA, 2 * B) == pytest.approx(2 * two_shot_crossover_bytes(8, ALPHA, B))
+    stars = [two_shot_crossover_bytes(n, ALPHA, B) for n in (3, 4, 8, 16, 32)]
+    assert stars == sorted(stars, reverse=True)
+
+
+def test_defaults_are_the_nvlink_4_preset():
+    link = get_link(NVLINK_4)
+    assert (DEFAULT_ALPHA_S, DEFAULT_BANDWIDTH) == (link.alpha_s, link.bandwidth) == (1e-6, 450e9)
+    assert two_shot_crossover_bytes(8) == pytest.approx(1e-6 * 450e9 * 8 / 42)
+
+
+def test_tp_message_bytes_and_count():
+    assert tp_message_bytes(1, 4096) == 8192  # one decode token of an 8B-class model, bf16
+    assert tp_message_bytes(128, 8192, dtype_bytes=4) == 128 * 8192 * 4
+    assert ALL_REDUCES_PER_LAYER == 2 and tp_all_reduces_per_forward(32) == 64
+    with pytest.raises(ValueError):
+        tp_message_bytes(0, 4096)
+    with pytest.raises(ValueError):
+        tp_all_reduces_per_forward(0)
