@@ -18,8 +18,11 @@ rounded ``new_residual``.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
+
+from course_lib.collectives.symmetric import SymmetricBuffers
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -88,3 +91,26 @@ def allreduce_residual_rmsnorm_reference(partials: torch.Tensor, residual: torch
     total = partials.float().sum(0) + residual.float()
     normed = total * torch.rsqrt(total.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
     return normed.to(residual.dtype), total.to(residual.dtype)
+
+
+def fused_against_unfused(tokens: int = 3, hidden: int = 96, eps: float = 1e-6) -> float:
+    """On each rank: its own partial (as a row-parallel layer leaves it), every peer's partial
+    read from the symmetric buffers, the fused kernel on them; the largest difference from
+    ``dist.all_reduce`` + residual add + RMSNorm computed unfused on this rank."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    partial = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(10 + rank))
+    residual = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(0))  # replicated
+    weight = 1 + 0.1 * torch.randn(hidden, generator=torch.Generator().manual_seed(1))
+    with SymmetricBuffers(partial.numel()) as buffers:
+        _, views = buffers.begin(partial)  # this rank's partial into its own buffer
+        buffers.signal()
+        buffers.wait()  # every peer's partial is in its buffer
+        partials = torch.stack([view.view(tokens, hidden) for view in views])
+        normed, new_residual = allreduce_residual_rmsnorm(partials, residual, weight, eps)
+        buffers.signal()
+        buffers.wait()  # no peer reads this rank's buffer any more
+    reduced = partial.clone()
+    dist.all_reduce(reduced)
+    want_residual = residual + reduced
+    want_normed = want_residual * torch.rsqrt(want_residual.pow(2).mean(-1, keepdim=True) + eps) * weight
+    return max((normed - want_normed).abs().max().item(), (new_residual - want_residual).abs().max().item())

@@ -4,12 +4,10 @@ TRITON_INTERPRET=1 on a CPU), its input checks, and on two real CPU ranks agains
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from course_lib.collectives.launch import run_on_ranks
-from course_lib.collectives.symmetric import SymmetricBuffers
 from course_lib.kernels.fused_allreduce_norm import (allreduce_residual_rmsnorm,
-                                                     allreduce_residual_rmsnorm_reference)
+                                                     allreduce_residual_rmsnorm_reference, fused_against_unfused)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Both sides sum in fp32 and round once, so fp32 and fp16 agree to fp32 noise (fp16 rounds the same
@@ -71,29 +69,6 @@ def test_strided_views_are_read_in_place():
 def test_bad_inputs_say_what_to_change(change, message):
     with pytest.raises(ValueError, match=message):
         allreduce_residual_rmsnorm(*change(*inputs(2, 3, 64, torch.float32)), 1e-6)
-
-
-def fused_against_unfused(tokens: int, hidden: int, eps: float) -> float:
-    """On each rank: its own partial (as a row-parallel layer leaves it), every peer's partial
-    read from the symmetric buffers, the fused kernel on them; the largest difference from
-    ``dist.all_reduce`` + residual add + RMSNorm computed unfused on this rank."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    partial = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(10 + rank))
-    residual = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(0))  # replicated
-    weight = 1 + 0.1 * torch.randn(hidden, generator=torch.Generator().manual_seed(1))
-    with SymmetricBuffers(partial.numel()) as buffers:
-        _, views = buffers.begin(partial)  # this rank's partial into its own buffer
-        buffers.signal()
-        buffers.wait()  # every peer's partial is in its buffer
-        partials = torch.stack([view.view(tokens, hidden) for view in views])
-        normed, new_residual = allreduce_residual_rmsnorm(partials, residual, weight, eps)
-        buffers.signal()
-        buffers.wait()  # no peer reads this rank's buffer any more
-    reduced = partial.clone()
-    dist.all_reduce(reduced)
-    want_residual = residual + reduced
-    want_normed = want_residual * torch.rsqrt(want_residual.pow(2).mean(-1, keepdim=True) + eps) * weight
-    return max((normed - want_normed).abs().max().item(), (new_residual - want_residual).abs().max().item())
 
 
 def test_on_two_cpu_ranks_it_equals_all_reduce_then_residual_then_rmsnorm():
