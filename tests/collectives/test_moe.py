@@ -6,32 +6,16 @@ import torch
 import torch.distributed as dist
 
 from course_lib.collectives import moe
-from course_lib.collectives.launch import TRACED_CALLS, CollectiveTimeout, run_on_ranks
+from course_lib.collectives.call_log import with_calls_recorded
+from course_lib.collectives.launch import CollectiveTimeout, run_on_ranks
 
 # per world size: token counts per rank, each case with a rank that has no tokens or one token
 CASES = {2: [[5, 0], [1, 9], [16, 3]], 4: [[1, 7, 0, 3], [4, 4, 4, 4], [0, 2, 1, 12]]}
 
 
-def recording(name, original, calls):
-    """``original`` that first appends ``name`` to ``calls``."""
-    def wrapper(*args, **kwargs):
-        calls.append(name)
-        return original(*args, **kwargs)
-    return wrapper
-
-
 def forwards_with_calls_recorded(cases):
     """Each case's error against the dense reference, and the collectives the forward made."""
-    calls = []
-    for name in TRACED_CALLS:
-        if hasattr(dist, name):
-            setattr(dist, name, recording(name, getattr(dist, name), calls))
-    results = []
-    for tokens_per_rank in cases:
-        calls.clear()
-        error = moe.expert_parallel_error(tokens_per_rank)
-        results.append((error, list(calls)))
-    return results
+    return [with_calls_recorded(moe.expert_parallel_error, tokens_per_rank) for tokens_per_rank in cases]
 
 
 def assignments_per_destination(tokens_per_rank, world):
