@@ -233,6 +233,7 @@ def excerpt(assembly: dict, ptx_lines=PTX_LINES, sass_lines=SASS_LINES, lines_ea
 
 def _without_interpreter() -> None:
     os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, stated: no warning per worker
 
 
 def _job(name: str, shape: KernelShape, target: str, with_excerpt: bool) -> tuple[dict, dict | None]:
