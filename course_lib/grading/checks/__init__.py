@@ -7,7 +7,8 @@ import importlib
 from course_lib.grading.task import Task
 
 MODULES = {"01_paging": "paging", "02_batching": "batching", "03_scheduler": "scheduler", "04_roofline": "roofline",
-           "05_collectives": "collectives", "06_ring_vs_tree": "ring_vs_tree", "07_nccl_topology": "nccl_topology"}
+           "05_collectives": "collectives", "06_ring_vs_tree": "ring_vs_tree", "07_nccl_topology": "nccl_topology",
+           "08_fused_tp": "fused_tp"}
 
 
 def exercise_tasks(exercise: str) -> tuple[Task, ...]:
