@@ -14,9 +14,20 @@ one. So that a one-shot all-reduce cannot pass by luck of timing, every call has
 late and one rank linger after its wait before it reads (``_one_shot_rank``): a rank that reads
 before its peers wrote, or writes a buffer a peer may still read, gets the wrong sum.
 
-The three call kinds (``tp_mlp_on_ranks``, ``one_shot_on_ranks``, ``moe_dispatch``) join
-``calls.CALLS`` when this module is imported, as it is in the learner's process by the set-up
-cell's ``Checker("08_fused_tp")``.
+The three call kinds join ``calls.CALLS`` when this module is imported, as it is in the
+learner's process by the set-up cell's ``Checker("08_fused_tp")``:
+
+  tp_mlp_on_ranks    args ``(world_size, problems)``; rank r calls ``fn(x, a, b)`` on each problem
+                     with ``rank_weights`` (noise outside its shards) and returns per problem
+                     ``{"collective calls": [{"call", "elements"}, ...], "output": fn's result}``
+  one_shot_on_ranks  args ``(world_size, inputs)``; every rank builds one ``SymmetricBuffers`` as
+                     large as its largest tensor, then calls ``fn(tensor, buffers)`` on each of
+                     ``inputs[r]`` in turn (one rank starts late, another lingers after its wait)
+                     and returns per call ``{"collective calls": [...], "tensor": its contents after}``
+  moe_dispatch       args ``("table", expert ids row by row, top_k, num_experts, world_size)``:
+                     ``fn(table as a [tokens, top_k] int64 tensor, num_experts, world_size)``; or
+                     ``("ranks", world_size, tokens_per_rank, seed)``: ``_moe_rank`` on every rank,
+                     which returns ``{"send splits": fn's result, "output": the forward's rows}``
 """
 
 from __future__ import annotations
