@@ -10,7 +10,7 @@ from course_lib.perf.kv import (
     plan_kv_cache,
     weight_bytes,
 )
-from course_lib.perf.models import ModelSpec, attention_variants, get_model
+from course_lib.perf.models import DEEPSEEK_V3, ModelSpec, attention_variants, get_model
 from course_lib.perf.units import GiB, KiB, MiB, format_bytes
 
 
@@ -24,10 +24,13 @@ from course_lib.perf.units import GiB, KiB, MiB, format_bytes
         ("Llama-2-7B", "fp16", 524288),  # MHA: 2*32*32*128*2
         ("Falcon-7B", "bf16", 8192),  # MQA: 2*32*1*64*2
         ("Llama-3-8B", "fp8", 65536),
+        ("DeepSeek-V3", "bf16", 70272),  # MLA: 61*(512+64)*2, one latent per token and layer
+        ("DeepSeek-V3", "fp8", 35136),
     ],
 )
 def test_kv_bytes_per_token_matches_the_formula(model, dtype, expected):
-    assert model_kv_bytes_per_token(get_model(model), dtype) == expected
+    spec = DEEPSEEK_V3 if model == DEEPSEEK_V3.name else get_model(model)
+    assert model_kv_bytes_per_token(spec, dtype) == expected
 
 
 def test_llama3_8b_sequence_and_batch_sizes():
@@ -48,6 +51,9 @@ def test_tensor_parallelism_splits_weights_and_kv_heads():
     assert model_kv_bytes_per_token(model, "bf16", 4) == 327680 / 4
     # More GPUs than KV heads: heads are replicated, never fewer than one per GPU.
     assert model_kv_bytes_per_token(model, "bf16", 16) == 327680 / 8
+    # MLA's latent is shared by all heads: TP cannot split it, every rank holds it whole.
+    deepseek = DEEPSEEK_V3
+    assert model_kv_bytes_per_token(deepseek, "bf16", 8) == model_kv_bytes_per_token(deepseek, "bf16") == 70272
 
 
 @pytest.mark.parametrize("args", [(0, 8, 128, 2), (32, -1, 128, 2), (32, 8, 0, 2), (32, 8, 128, 0)])

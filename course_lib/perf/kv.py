@@ -1,6 +1,11 @@
 """KV-cache sizing and the memory plan a vLLM-style server makes at start-up.
 
-bytes per token = 2 (K and V) x layers x KV heads x head dim x bytes per element.
+bytes per token = layers x ``kv_elements_per_token_per_layer`` x bytes per element: for standard
+attention (MHA, GQA, MQA) that is 2 (K and V) x KV heads x head dim; for multi-head latent attention
+(DeepSeek's MLA) one compressed latent of kv_lora_rank + qk_rope_head_dim elements (576 for
+DeepSeek-V3), shared by every head. Tensor parallelism splits standard attention's KV heads across
+the ranks (replicated once the ranks outnumber them); it cannot split MLA's latent, which every
+rank of the TP group holds whole.
 At start-up the server keeps ``gpu_memory_utilization x GPU memory`` for itself, loads
 the weights, reserves room for the activation peak, and cuts what is left into KV blocks
 of ``block_size`` tokens. If nothing is left, or not even one ``max_model_len`` request
@@ -45,17 +50,32 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, bytes_
 
 
 def kv_heads_per_gpu(model: ModelSpec, tensor_parallel_size: int = 1) -> int:
-    """KV heads each GPU stores under tensor parallelism (replicated once TP exceeds them)."""
+    """KV heads each GPU stores under tensor parallelism (replicated once TP exceeds them).
+
+    Standard attention only: an MLA model caches no K and V per head (``kv_elements_per_gpu``)."""
     require_positive("tensor_parallel_size", tensor_parallel_size)
+    if model.uses_mla:
+        raise ValueError(f"{model.name} uses multi-head latent attention: it caches one latent per token and "
+                         f"layer, shared by all heads, not K and V per KV head; use kv_elements_per_gpu.")
     return math.ceil(model.num_kv_heads / tensor_parallel_size)
+
+
+def kv_elements_per_gpu(model: ModelSpec, tensor_parallel_size: int = 1) -> int:
+    """KV elements one GPU of a ``tensor_parallel_size`` group caches per token and layer:
+    2 x its share of the KV heads x head dim for standard attention; the whole MLA latent
+    (kv_lora_rank + qk_rope_head_dim) on every rank for MLA, whatever the TP size."""
+    require_positive("tensor_parallel_size", tensor_parallel_size)
+    if model.uses_mla:
+        return model.kv_elements_per_token_per_layer
+    return 2 * kv_heads_per_gpu(model, tensor_parallel_size) * model.head_dim
 
 
 @functools.lru_cache(maxsize=256)  # the simulator asks once per step
 def model_kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "fp16", tensor_parallel_size: int = 1) -> float:
-    """KV bytes per token for ``model`` on one GPU of a ``tensor_parallel_size`` group."""
-    return kv_bytes_per_token(
-        model.num_layers, kv_heads_per_gpu(model, tensor_parallel_size), model.head_dim, dtype_bytes(kv_dtype)
-    )
+    """KV bytes per token for ``model`` on one GPU of a ``tensor_parallel_size`` group:
+    layers x ``kv_elements_per_gpu`` x bytes per element (70,272 B for DeepSeek-V3 in bf16, on every
+    TP rank)."""
+    return model.num_layers * kv_elements_per_gpu(model, tensor_parallel_size) * dtype_bytes(kv_dtype)
 
 
 def kv_bytes_per_sequence(model: ModelSpec, context_len: int, kv_dtype: str = "fp16") -> float:
@@ -185,6 +205,8 @@ def plan_kv_cache(model: ModelSpec, gpu: GPU, **settings) -> KVCachePlan:
             f"({format_bytes(plan.activation_reserve_bytes)}). "
             f"Fixes: raise gpu_memory_utilization (0.9 is the default); lower max_model_len to "
             f"{plan.max_tokens} or less; lower max_num_seqs (a smaller activation peak); or add tensor "
-            f"parallelism (tensor_parallel_size=2 halves weights and KV heads per GPU)."
+            f"parallelism (tensor_parallel_size=2 halves weights and "
+            + ("frees weight memory for the latent KV cache, which every TP rank holds whole)."
+               if model.uses_mla else "KV heads per GPU).")
         )
     return plan

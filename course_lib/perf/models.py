@@ -2,7 +2,7 @@
 
 Figures come from each model's published ``config.json`` (layers, attention heads, KV heads,
 head dimension, hidden size, MLP intermediate size, vocabulary, longest supported context) and
-its model card (parameter count). ``tests/test_kv_sizing.py`` checks that the shapes add up
+its model card (parameter count). ``tests/test_model_presets.py`` checks that the shapes add up
 to the published parameter counts.
 """
 
@@ -38,6 +38,13 @@ class ModelSpec:
     # kv_lora_rank latent elements plus qk_rope_head_dim for the shared RoPE key, not K and V per head
     kv_lora_rank: int | None = field(default=None, kw_only=True)
     qk_rope_head_dim: int | None = field(default=None, kw_only=True)
+    q_lora_rank: int | None = field(default=None, kw_only=True)  # MLA: queries through a latent of this rank
+    # DeepSeek-style mixture of experts: experts every token runs besides its routed top-k, and the
+    # first ``num_dense_layers`` layers (config.json's first_k_dense_replace) are plain MLPs of
+    # ``dense_intermediate_size`` (config.json's intermediate_size; ``intermediate_size`` here is one expert's)
+    num_shared_experts: int = field(default=0, kw_only=True)
+    num_dense_layers: int = field(default=0, kw_only=True)
+    dense_intermediate_size: int | None = field(default=None, kw_only=True)
 
     @property
     def active_params(self) -> float:
@@ -48,6 +55,17 @@ class ModelSpec:
         for name in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "num_params", "max_context",
                      "hidden_size", "intermediate_size", "vocab_size", "num_experts", "experts_per_token"):
             require_positive(f"{self.name}: {name}", getattr(self, name))
+        if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
+            raise ValueError(f"{self.name}: multi-head latent attention needs both kv_lora_rank and "
+                             f"qk_rope_head_dim (got {self.kv_lora_rank!r} and {self.qk_rope_head_dim!r}).")
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "q_lora_rank", "dense_intermediate_size"):
+            if getattr(self, name) is not None:
+                require_positive(f"{self.name}: {name}", getattr(self, name))
+        if not 0 <= self.num_dense_layers < self.num_layers or self.num_shared_experts < 0:
+            raise ValueError(f"{self.name}: num_dense_layers must lie in [0, num_layers) and num_shared_experts "
+                             f"be 0 or more (got {self.num_dense_layers!r} and {self.num_shared_experts!r}).")
+        if self.num_dense_layers and self.dense_intermediate_size is None:
+            raise ValueError(f"{self.name}: dense layers need their dense_intermediate_size.")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
@@ -60,19 +78,54 @@ class ModelSpec:
         vector (``kv_lora_rank + qk_rope_head_dim``) when ``kv_lora_rank`` is set."""
         if self.kv_lora_rank is None:
             return 2 * self.num_kv_heads * self.head_dim
-        return self.kv_lora_rank + (self.qk_rope_head_dim or 0)
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def uses_mla(self) -> bool:
+        """True for multi-head latent attention: one latent per token and layer, shared by all heads
+        (so tensor parallelism replicates it on every rank instead of splitting it by heads)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is the mixture of experts (all of them for Mixtral, 58 of 61 for DeepSeek-V3;
+        0 for a dense model)."""
+        return self.num_layers - self.num_dense_layers if self.num_experts > 1 else 0
 
     @property
     def attention_kind(self) -> str:
-        """'MHA', 'GQA' or 'MQA', from the ratio of query heads to KV heads."""
+        """'MLA' for multi-head latent attention, else 'MHA', 'GQA' or 'MQA', from the ratio of
+        query heads to KV heads."""
+        if self.uses_mla:
+            return "MLA"
         if self.num_kv_heads == self.num_heads:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
 
     def with_kv_heads(self, num_kv_heads: int) -> "ModelSpec":
-        """The same model with a different number of KV heads (for MHA/GQA/MQA comparisons)."""
-        return replace(self, name=f"{self.name} ({num_kv_heads} KV heads)", num_kv_heads=num_kv_heads)
+        """The same model with a different number of KV heads (for MHA/GQA/MQA comparisons). An MLA
+        model becomes standard attention with those KV heads: its latent cache is dropped."""
+        return replace(self, name=f"{self.name} ({num_kv_heads} KV heads)", num_kv_heads=num_kv_heads,
+                       kv_lora_rank=None, qk_rope_head_dim=None, q_lora_rank=None)
 
+
+# DeepSeek-V3, from deepseek-ai/DeepSeek-V3's config.json: 61 layers (num_hidden_layers), 128 attention
+# heads (num_key_value_heads is also 128: MLA decompresses keys and values per head from the latent),
+# hidden 7168, vocab 129280, max_position_embeddings 163840, n_routed_experts 256 + n_shared_experts 1,
+# num_experts_per_tok 8, moe_intermediate_size 2048, first_k_dense_replace 3 (layers 0-2 are dense MLPs
+# of intermediate_size 18432), q_lora_rank 1536, kv_lora_rank 512, qk_rope_head_dim 64, and
+# qk_nope_head_dim = v_head_dim = 128 (``head_dim`` here), tie_word_embeddings false.
+# 671B total and 37B activated per token: the technical report's abstract (arXiv 2412.19437);
+# the repository's README_WEIGHTS.md gives 671B and 36.7B for the main model without its MTP module.
+# ``num_experts`` counts the routed experts; the shared expert runs for every token on top of the top-8.
+# KV: MLA caches kv_lora_rank + qk_rope_head_dim = 576 elements per token and layer
+# (``kv_elements_per_token_per_layer``), not 2 x 128 x 128; ``perf.kv`` sizes it from that property.
+# Not yet in MODELS: the graders of exercises 01 and 04 draw cases from every preset and check them
+# against standard attention's 2 x KV heads x head_dim formula; they must leave MLA presets out first.
+DEEPSEEK_V3 = ModelSpec("DeepSeek-V3", 61, 128, 128, 128, 671e9, 163840, num_active_params=37e9, hidden_size=7168,
+                        intermediate_size=2048, vocab_size=129280, num_experts=256, experts_per_token=8,
+                        kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536, num_shared_experts=1,
+                        num_dense_layers=3, dense_intermediate_size=18432)
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -100,18 +153,6 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-# DeepSeek-V3, from deepseek-ai/DeepSeek-V3's config.json: 61 layers, 128 attention heads (128 KV
-# heads before compression), hidden 7168, vocab 129280, max_position_embeddings 163840,
-# n_routed_experts 256 + n_shared_experts 1, num_experts_per_tok 8, moe_intermediate_size 2048,
-# kv_lora_rank 512, qk_rope_head_dim 64 (head_dim here is qk_nope_head_dim = v_head_dim = 128).
-# 671B total and 37B activated per token: the technical report's abstract (arXiv 2412.19437);
-# the repository's README_WEIGHTS.md gives 671B and 36.7B for the main model without its MTP module.
-# Kept out of MODELS: kv.py sizes KV as 2 * num_kv_heads * head_dim per layer (57x MLA's 576), and
-# its first 3 layers are dense (intermediate 18432), which the uniform-layer shapes do not describe.
-# num_experts counts the routed experts; the shared expert runs for every token on top of the top-8.
-DEEPSEEK_V3 = ModelSpec("DeepSeek-V3", 61, 128, 128, 128, 671e9, 163840, num_active_params=37e9, hidden_size=7168,
-                        intermediate_size=2048, vocab_size=129280, num_experts=256, experts_per_token=8,
-                        kv_lora_rank=512, qk_rope_head_dim=64)
 
 
 def get_model(name: str) -> ModelSpec:

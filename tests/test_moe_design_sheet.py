@@ -1,0 +1,45 @@
+"""Module 08's MoE design sheet widget: text from course_lib.perf.moe_serving, redrawn in place."""
+
+from course_lib.perf.hardware import get_gpu
+from course_lib.perf.models import DEEPSEEK_V3
+from course_lib.perf.moe_serving import PRESETS, Cluster, Layout, kv_summary, plan_moe_serving
+from course_lib.widgets.moe_design_sheet import MoEDesignSheet, plan_html
+
+
+def test_the_sheet_opens_on_the_bug_and_marks_it_wrong():
+    sheet = MoEDesignSheet()
+    html = sheet.sheet.value
+    assert "✘ TP" in html and "TP=16 spans 2 nodes" in html and "2 wrong choices" in html
+    assert "routed experts" in html and "GiB" in html and "<table>" in html
+    assert "PagedAttention" in sheet.checklist.value
+
+
+def test_preset_buttons_set_the_controls_and_redraw_in_place():
+    sheet = MoEDesignSheet()
+    pane = sheet.sheet
+    recommended = next(b for b in sheet.buttons if "recommended" in b.description)
+    recommended.click()
+    assert (sheet.tp.value, sheet.dp.value, sheet.ep.value, sheet.pp.value) == (1, 16, 16, 1)
+    assert sheet.sheet is pane and "no wrong choices" in pane.value and "dummy forwards" in pane.value
+    plan = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8, get_gpu("H200-141GB")), Layout(dp=16, ep=16))
+    assert pane.value == plan_html(plan) and kv_summary(plan).split(";")[1].strip() in pane.value
+    bug = next(b for b in sheet.buttons if "bug" in b.description)
+    bug.click()
+    assert sheet.tp.value == 16 and "2 wrong choices" in pane.value
+    assert [b.description for b in sheet.buttons] == list(PRESETS)
+
+
+def test_controls_update_the_sheet_and_errors_are_shown():
+    sheet = MoEDesignSheet(layout=Layout(tp=8, dp=2, ep=16))
+    assert "no wrong choices" in sheet.sheet.value
+    sheet.dtype.value = "bf16"
+    assert "weights do not fit" not in sheet.sheet.value  # 16 H200 hold bf16 weights with EP=16
+    sheet.gpu.value = "H100-80GB"
+    assert "weights do not fit" in sheet.sheet.value and "✘ memory" in sheet.sheet.value
+    sheet.dtype.value = "fp8"
+    assert "weights fit" in sheet.sheet.value
+    sheet.nodes.value = 1
+    assert "cannot be built" in sheet.sheet.value and "the cluster has 8" in sheet.sheet.value
+    sheet.dp.value = 1
+    sheet.ep.value = 8
+    assert "cannot be built" not in sheet.sheet.value and "weights do not fit" in sheet.sheet.value  # 8 H100: too small

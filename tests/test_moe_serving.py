@@ -1,0 +1,172 @@
+"""Module 08's MoE serving sheet: DeepSeek-V3's memory per GPU and the layout rubric."""
+
+import pytest
+
+from course_lib.perf.hardware import get_gpu
+from course_lib.perf.interconnect import INFINIBAND_NDR, LINKS, NVLINK_4
+from course_lib.perf.kv import dtype_bytes
+from course_lib.perf.models import DEEPSEEK_V3, get_model
+from course_lib.perf.moe_serving import (
+    COMPONENTS,
+    PRESETS,
+    RECOMMENDED,
+    SERVING_CHECKLIST,
+    Cluster,
+    Layout,
+    LayoutError,
+    kv_summary,
+    memory_per_gpu,
+    memory_rows,
+    parameter_breakdown,
+    plan_moe_serving,
+    weight_bytes_per_param,
+)
+from course_lib.perf.units import GiB
+
+TWO_H200 = Cluster(2, 8, get_gpu("H200-141GB"))
+
+
+def test_parameter_counts_from_the_config_add_up_to_671b_and_37b():
+    p = parameter_breakdown(DEEPSEEK_V3)
+    expert = 3 * 7168 * 2048  # gated MLP of moe_intermediate_size
+    assert p.routed_experts == 58 * 256 * expert  # 58 MoE layers = 61 - first_k_dense_replace 3
+    assert p.shared_experts == 58 * 1 * expert
+    assert p.dense_mlp == 3 * 3 * 7168 * 18432
+    assert p.embeddings == 2 * 129280 * 7168  # untied embedding and LM head
+    assert p.router == 58 * 7168 * 256
+    assert p.total == pytest.approx(671e9, rel=0.01)
+    assert p.active == pytest.approx(37e9, rel=0.03)
+    assert p.routed_experts / p.total == pytest.approx(0.974, abs=0.002)  # why EP decides the memory
+
+
+def test_a_dense_model_has_no_experts_and_only_split_attention():
+    p = parameter_breakdown(get_model("Llama-3.1-70B"))
+    assert p.routed_experts == p.shared_experts == p.router == p.attention_replicated == 0
+    assert p.total == pytest.approx(70.6e9, rel=0.01)
+
+
+def test_memory_per_gpu_sums_the_components_with_the_right_divisors():
+    p = parameter_breakdown(DEEPSEEK_V3)
+    fp8, bf16 = weight_bytes_per_param("fp8"), 2
+    layout = Layout(tp=8, dp=2, ep=16)
+    memory = memory_per_gpu(DEEPSEEK_V3, layout, "fp8")
+    assert list(memory) == list(COMPONENTS)
+    assert memory["attention"] == pytest.approx((p.attention_replicated + p.attention_split / 8) * fp8)
+    assert memory["routed experts"] == pytest.approx(p.routed_experts / 16 * fp8)  # 16 of the 256 experts per GPU
+    assert memory["shared expert"] == pytest.approx(p.shared_experts / 8 * fp8)  # split by TP, copied per DP rank
+    assert memory["embeddings + LM head"] == pytest.approx(p.embeddings / 8 * bf16)  # bf16 in the fp8 checkpoint
+    plan = plan_moe_serving(DEEPSEEK_V3, TWO_H200, layout)
+    assert plan.weight_bytes == pytest.approx(sum(memory.values()))
+    # the whole model in fp8 once over the 16 GPUs' routed share, the rest per TP group
+    total = sum(memory_per_gpu(DEEPSEEK_V3, Layout(tp=1), "fp8").values())
+    assert total == pytest.approx((p.total - p.embeddings - p.router) * fp8 + (p.embeddings + p.router) * bf16)
+    assert weight_bytes_per_param("fp8") == 1 + 4 / 128**2 and weight_bytes_per_param("bf16") == 2
+    with pytest.raises(KeyError, match="choose one of"):
+        weight_bytes_per_param("int4")
+
+
+def test_kv_room_and_tokens_follow_from_the_budget():
+    plan = plan_moe_serving(DEEPSEEK_V3, TWO_H200, RECOMMENDED)
+    assert plan.budget_bytes == pytest.approx(0.9 * 141 * GiB)
+    assert plan.kv_cache_bytes == pytest.approx(plan.budget_bytes - plan.weight_bytes - 1 * GiB)
+    assert plan.kv_bytes_per_token == 61 * 576 * dtype_bytes("bf16") == 70272
+    assert plan.kv_tokens_per_gpu == int(plan.kv_cache_bytes // (70272 * 64)) * 64  # whole 64-token blocks
+    assert plan.kv_tokens_deployment == 16 * plan.kv_tokens_per_gpu and plan.fits
+    assert f"{plan.kv_tokens_per_gpu:,} tokens per GPU" in kv_summary(plan)
+    rows = dict(memory_rows(plan))
+    assert float(rows["weights total"]) == pytest.approx(plan.weight_bytes / GiB, abs=0.01)
+
+
+def test_tp_on_mla_attention_replicates_the_latent_and_dp_does_not():
+    tp8 = plan_moe_serving(DEEPSEEK_V3, TWO_H200, Layout(tp=8, dp=2, ep=16))
+    dp16 = plan_moe_serving(DEEPSEEK_V3, TWO_H200, RECOMMENDED)
+    assert tp8.kv_bytes_per_token == dp16.kv_bytes_per_token == 70272  # TP does not shrink the latent
+    assert tp8.kv_copies == 8 and dp16.kv_copies == 1
+    assert tp8.kv_tokens_per_gpu > dp16.kv_tokens_per_gpu  # TP=8 frees weight memory...
+    assert dp16.kv_tokens_deployment > 6 * tp8.kv_tokens_deployment  # ...but DP caches far more distinct tokens
+    finding = next(f for f in tp8.findings if f.dimension == "attention TP and KV")
+    assert finding.verdict == "watch" and "replicates the 576-element latent on all 8 ranks" in finding.text
+
+
+def test_fp8_fits_one_h200_node_but_not_one_h100_node_nor_bf16():
+    def plan(gpu, dtype):
+        return plan_moe_serving(DEEPSEEK_V3, Cluster(1, 8, get_gpu(gpu)), Layout(tp=8), weight_dtype=dtype)
+
+    assert plan("H200-141GB", "fp8").fits and not plan("H200-141GB", "fp8").wrong
+    for gpu, dtype in (("H100-80GB", "fp8"), ("H200-141GB", "bf16")):
+        p = plan(gpu, dtype)
+        assert not p.fits and p.kv_tokens_per_gpu == 0
+        memory = p.findings[0]
+        assert memory.verdict == "wrong" and memory.text.startswith("weights do not fit: ")
+        assert f"{p.weight_bytes / GiB:.1f} GiB per GPU > {(p.budget_bytes - GiB) / GiB:.1f} GiB" in memory.text
+    assert "use fp8 weights" in plan("H200-141GB", "bf16").findings[0].why
+    assert "use fp8 weights" not in plan("H100-80GB", "fp8").findings[0].why
+    assert plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8, get_gpu("H100-80GB")), RECOMMENDED).fits  # two H100 nodes do
+
+
+def test_weights_that_fit_but_leave_less_than_one_request_are_wrong():
+    plan = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8, get_gpu("H100-80GB")), RECOMMENDED, gpu_memory_utilization=0.78)
+    assert plan.weight_bytes < plan.budget_bytes and plan.kv_tokens_per_gpu < DEEPSEEK_V3.max_context
+    assert not plan.fits and "less than one 163,840-token request" in plan.findings[0].text
+
+
+def test_tp16_across_two_nodes_is_the_bug():
+    plan = plan_moe_serving(DEEPSEEK_V3, TWO_H200, Layout(tp=16))
+    tp = next(f for f in plan.findings if f.dimension == "TP")
+    assert tp.verdict == "wrong" and tp.link == INFINIBAND_NDR
+    assert tp.text.startswith("TP=16 spans 2 nodes: its per-layer all-reduce crosses InfiniBand")
+    experts = next(f for f in plan.findings if f.dimension == "expert TP")
+    assert experts.verdict == "wrong" and "EP=16" in experts.why
+    assert {f.dimension for f in plan.wrong} == {"TP", "expert TP"}
+    assert tp.line.startswith("✘ TP [InfiniBand")
+
+
+def test_tp_inside_a_node_is_right_and_straddling_groups_are_wrong():
+    tp8 = plan_moe_serving(DEEPSEEK_V3, TWO_H200, Layout(tp=8, dp=2, ep=16))
+    tp = next(f for f in tp8.findings if f.dimension == "TP")
+    assert tp.verdict == "right" and tp.link == NVLINK_4 and "one-shot" in tp.why
+    odd = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 4, get_gpu("H200-141GB")), Layout(tp=8, ep=8), weight_dtype="fp8")
+    assert next(f for f in odd.findings if f.dimension == "TP").verdict == "wrong"
+
+
+def test_ep_across_nodes_is_acceptable_but_watch_busbw():
+    plan = plan_moe_serving(DEEPSEEK_V3, TWO_H200, RECOMMENDED)
+    ep = next(f for f in plan.findings if f.dimension == "EP")
+    assert ep.verdict == "watch" and ep.link == INFINIBAND_NDR and "busbw" in ep.why
+    assert "16 routed experts per rank" in ep.text and "across 2 nodes" in ep.text
+    assert not plan.wrong
+    idle = next(f for f in plan.findings if f.dimension == "DP idle ranks")
+    assert "dummy forwards" in idle.text
+    one_node = plan_moe_serving(DEEPSEEK_V3, Cluster(1, 8, get_gpu("H200-141GB")), Layout(dp=8, ep=8))
+    ep = next(f for f in one_node.findings if f.dimension == "EP")
+    assert ep.verdict == "right" and ep.link == LINKS[NVLINK_4].name
+
+
+def test_pipeline_parallelism_splits_the_layers():
+    plan = plan_moe_serving(DEEPSEEK_V3, TWO_H200, Layout(tp=8, ep=8, pp=2))
+    assert plan.kv_bytes_per_token == 31 * 576 * 2  # the heavier stage's 31 of 61 layers
+    assert next(f for f in plan.findings if f.dimension == "PP").link == INFINIBAND_NDR
+    full = memory_per_gpu(DEEPSEEK_V3, Layout(tp=8, ep=8), "fp8")
+    assert plan.memory["routed experts"] == pytest.approx(full["routed experts"] * 31 / 61)
+
+
+@pytest.mark.parametrize("layout, message", [
+    (Layout(tp=8), "TP x DP x PP = 8 x 1 x 1 = 8 GPUs, but the cluster has 16 (2 nodes x 8 H200-141GB)"),
+    (Layout(tp=4, dp=2, pp=4), "= 32 GPUs, but the cluster has 16"),
+    (Layout(tp=8, dp=2, ep=32), "EP=32 must divide the 16 GPUs"),
+])
+def test_layouts_that_cannot_be_built_say_why(layout, message):
+    with pytest.raises(LayoutError) as error:
+        plan_moe_serving(DEEPSEEK_V3, TWO_H200, layout)
+    assert message in str(error.value)
+    with pytest.raises(ValueError, match="whole number"):
+        Layout(tp=0)
+
+
+def test_presets_and_checklist():
+    verdicts = {name: plan_moe_serving(DEEPSEEK_V3, Cluster(n, g), layout).wrong
+                for name, (n, g, layout) in PRESETS.items()}
+    assert [name for name, wrong in verdicts.items() if wrong] == ["TP=16 across two nodes (the bug)"]
+    practices = " ".join(name for name, _ in SERVING_CHECKLIST)
+    for practice in ("PagedAttention", "Continuous batching", "Chunked prefill", "Prefix caching", "one-shot", "busbw"):
+        assert practice.lower() in practices.lower()
