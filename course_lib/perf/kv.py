@@ -135,6 +135,19 @@ def whole_blocks(kv_cache_bytes: float, block_bytes: float) -> int:
     return max(0, math.floor(kv_cache_bytes / block_bytes))
 
 
+def checked_memory_settings(model: ModelSpec, gpu_memory_utilization: float, block_size: int,
+                            max_model_len: int | None, activation_reserve_bytes: float) -> int:
+    """Raise ``ValueError`` naming the setting unless each is in range; return ``max_model_len``
+    (the model's longest context when None)."""
+    require_fraction("gpu_memory_utilization", gpu_memory_utilization)
+    require_positive("block_size", block_size)
+    max_model_len = model.max_context if max_model_len is None else max_model_len
+    require_positive("max_model_len", max_model_len)
+    if activation_reserve_bytes < 0:
+        raise ValueError(f"activation_reserve_bytes must be 0 or more, got {activation_reserve_bytes!r}.")
+    return max_model_len
+
+
 def split_memory(
     model: ModelSpec,
     gpu: GPU,
@@ -151,12 +164,8 @@ def split_memory(
 
     ``max_model_len`` defaults to the model's longest context, ``kv_dtype`` to ``dtype``.
     """
-    require_fraction("gpu_memory_utilization", gpu_memory_utilization)
-    require_positive("block_size", block_size)
-    max_model_len = model.max_context if max_model_len is None else max_model_len
-    require_positive("max_model_len", max_model_len)
-    if activation_reserve_bytes < 0:
-        raise ValueError(f"activation_reserve_bytes must be 0 or more, got {activation_reserve_bytes!r}.")
+    max_model_len = checked_memory_settings(model, gpu_memory_utilization, block_size, max_model_len,
+                                            activation_reserve_bytes)
     budget = gpu_memory_utilization * gpu.memory_bytes
     weights = weight_bytes(model, dtype, tensor_parallel_size)
     block_bytes = model_kv_bytes_per_token(model, kv_dtype or dtype, tensor_parallel_size) * block_size

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from course_lib.checks import require_count, require_fraction
+from course_lib.checks import require_count
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.interconnect import (
     IN_NODE,
@@ -58,7 +58,8 @@ from course_lib.perf.interconnect import (
     PCIE_GEN5,
     Link,
 )
-from course_lib.perf.kv import DEFAULT_ACTIVATION_RESERVE, dtype_bytes, kv_elements_per_gpu, whole_blocks
+from course_lib.perf.kv import (DEFAULT_ACTIVATION_RESERVE, checked_memory_settings, dtype_bytes, kv_elements_per_gpu,
+                              whole_blocks)
 from course_lib.perf.models import DEEPSEEK_V3, ModelSpec
 from course_lib.perf.units import GiB
 
@@ -450,12 +451,8 @@ def plan_moe_serving(model: ModelSpec = DEEPSEEK_V3, cluster: Cluster | None = N
     cluster = Cluster(2, 8) if cluster is None else cluster
     layout = RECOMMENDED if layout is None else layout
     check_layout(model, cluster, layout)
-    require_fraction("gpu_memory_utilization", gpu_memory_utilization)
-    require_count("block_size", block_size)
-    max_model_len = model.max_context if max_model_len is None else max_model_len
-    require_count("max_model_len", max_model_len)
-    if activation_reserve_bytes < 0:
-        raise ValueError(f"activation_reserve_bytes must be 0 or more, got {activation_reserve_bytes!r}.")
+    max_model_len = checked_memory_settings(model, gpu_memory_utilization, block_size, max_model_len,
+                                            activation_reserve_bytes)
     memory = memory_per_gpu(model, layout, weight_dtype)
     weights = sum(memory.values())
     budget = gpu_memory_utilization * cluster.gpu.memory_bytes
