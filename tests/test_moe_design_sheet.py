@@ -43,3 +43,11 @@ def test_controls_update_the_sheet_and_errors_are_shown():
     sheet.dp.value = 1
     sheet.ep.value = 8
     assert "cannot be built" not in sheet.sheet.value and "weights do not fit" in sheet.sheet.value  # 8 H100: too small
+
+
+def test_a_preset_also_restores_the_gpu_and_weight_dtype_it_is_laid_out_for():
+    sheet = MoEDesignSheet()
+    sheet.gpu.value, sheet.dtype.value = "L4-24GB", "bf16"
+    sheet.apply("DP=16 attention + EP=16 (recommended)")
+    assert (sheet.gpu.value, sheet.dtype.value) == ("H200-141GB", "fp8")
+    assert not sheet.plan().wrong

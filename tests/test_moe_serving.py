@@ -11,6 +11,7 @@ from course_lib.perf.moe_serving import (
     PRESETS,
     RECOMMENDED,
     SERVING_CHECKLIST,
+    WATCH,
     Cluster,
     Layout,
     LayoutError,
@@ -170,3 +171,10 @@ def test_presets_and_checklist():
     practices = " ".join(name for name, _ in SERVING_CHECKLIST)
     for practice in ("PagedAttention", "Continuous batching", "Chunked prefill", "Prefix caching", "one-shot", "busbw"):
         assert practice.lower() in practices.lower()
+
+
+def test_tp_inside_a_node_without_nvlink_is_flagged_and_named_pcie():
+    plan = plan_moe_serving(cluster=Cluster(1, 8, gpu=get_gpu("L4-24GB")), layout=Layout(tp=8), weight_dtype="fp8")
+    tp = next(f for f in plan.findings if f.dimension == "TP")
+    assert tp.verdict == WATCH and "no NVLink" in tp.text and "PCIe" in tp.link
+    assert all("on NVLink" not in f.text for f in plan.findings)

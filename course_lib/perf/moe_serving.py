@@ -64,6 +64,7 @@ from course_lib.perf.models import DEEPSEEK_V3, ModelSpec
 from course_lib.perf.units import GiB
 
 WEIGHT_DTYPES = ("fp8", "bf16")
+DEFAULT_GPU, DEFAULT_WEIGHT_DTYPE = "H200-141GB", "fp8"  # the cluster the presets are laid out for
 FP8_BLOCK = 128
 """DeepSeek-V3's fp8 checkpoint scales weights in 128 x 128 blocks, one fp32 scale each."""
 MLA_BLOCK_SIZE = 64
@@ -167,7 +168,7 @@ class Cluster:
 
     nodes: int
     gpus_per_node: int
-    gpu: GPU = field(default_factory=lambda: get_gpu("H200-141GB"))
+    gpu: GPU = field(default_factory=lambda: get_gpu(DEFAULT_GPU))
     scale_out: Link = field(default_factory=lambda: LINKS[INFINIBAND_NDR])
 
     def __post_init__(self) -> None:
@@ -318,7 +319,7 @@ def _gib(num_bytes: float) -> str:
     return f"{num_bytes / GiB:.1f} GiB"
 
 
-def memory_per_gpu(model: ModelSpec, layout: Layout, weight_dtype: str = "fp8") -> dict[str, float]:
+def memory_per_gpu(model: ModelSpec, layout: Layout, weight_dtype: str = DEFAULT_WEIGHT_DTYPE) -> dict[str, float]:
     """Weight bytes one GPU of the heaviest stage holds, by component (``COMPONENTS``)."""
     p = parameter_breakdown(model)
     w, bf16 = weight_bytes_per_param(weight_dtype), dtype_bytes("bf16")
@@ -337,6 +338,7 @@ def memory_per_gpu(model: ModelSpec, layout: Layout, weight_dtype: str = "fp8") 
 
 def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: dict) -> list[Finding]:
     gpn, ib, nv = cluster.gpus_per_node, cluster.scale_out, cluster.in_node
+    has_nvlink = cluster.gpu.nvlink_bandwidth > 0  # else the GPUs of a node talk over PCIe
     bw = lambda link: f"{link.bandwidth / 1e9:.0f} GB/s per GPU each way"  # noqa: E731
     findings = []
 
@@ -367,18 +369,24 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
     if tp == 1:
         findings.append(Finding("TP", "none", RIGHT, "TP=1: attention and the dense MLPs need no all-reduce",
                                 "each DP rank runs attention on its own batch; nothing blocks on another GPU"))
-    elif cluster.group_in_node(tp):
+    elif cluster.group_in_node(tp) and has_nvlink:
         findings.append(Finding("TP", nv.name, RIGHT,
                                 f"TP={tp} stays inside one node: its per-layer all-reduces run on NVLink ({bw(nv)})",
                                 "two blocking all-reduces per layer sit on the critical path; at decode sizes they are "
                                 "latency-bound, which the one-shot fused all-reduce (+ residual + RMSNorm) kernel "
                                 "over NVLink addresses"))
+    elif cluster.group_in_node(tp):
+        findings.append(Finding("TP", nv.name, WATCH,
+                                f"TP={tp} stays inside one node, but these GPUs have no NVLink: its per-layer "
+                                f"all-reduces run on {nv.name} ({bw(nv)})",
+                                "two blocking all-reduces per layer on PCIe cost far more than on NVLink; prefer "
+                                "fewer TP ranks (DP attention, EP for the experts) or NVLink-connected GPUs"))
     else:
         where = (f"spans {cluster.nodes_spanned(tp)} nodes" if tp > gpn
                  else f"groups straddle node boundaries ({gpn} GPUs per node is not a multiple of {tp})")
         findings.append(Finding("TP", ib.name, WRONG,
                                 f"TP={tp} {where}: its per-layer all-reduce crosses {ib.name} ({bw(ib)} against "
-                                f"NVLink's {nv.bandwidth / 1e9:.0f})",
+                                f"{nv.bandwidth / 1e9:.0f} inside the node)",
                                 "the all-reduce blocks every layer, twice: each one now pays network latency and the "
                                 "NIC's bandwidth; keep TP inside a node and go across nodes with EP or DP"))
 
@@ -386,15 +394,15 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
     experts_per_rank = model.num_experts // ep
     if ep > 1:
         link = cluster.group_link(stage)
-        verdict = RIGHT if link is nv else WATCH
-        across = ("inside one node on NVLink" if link is nv
+        verdict = RIGHT if link is nv and has_nvlink else WATCH
+        across = (f"inside one node on {link.name}" if link is nv
                   else f"across {cluster.nodes_spanned(stage)} nodes on {link.name}")
         findings.append(Finding("EP", link.name, verdict,
                                 f"EP={ep}: {experts_per_rank} routed experts per rank; all-to-all dispatch/combine "
                                 f"{across}",
                                 "each token goes to its top-"
                                 f"{model.experts_per_token} experts' ranks and back, two all-to-alls per MoE layer; "
-                                + ("fine on NVLink" if link is nv else
+                                + ("fine on NVLink" if link is nv and has_nvlink else
                                    f"acceptable, but watch the all-to-all's busbw against the NIC's {bw(link)} peak "
                                    "and overlap it with compute")))
     if etp > 1:
@@ -441,7 +449,7 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
 
 
 def plan_moe_serving(model: ModelSpec = DEEPSEEK_V3, cluster: Cluster | None = None, layout: Layout | None = None, *,
-                     weight_dtype: str = "fp8", kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
+                     weight_dtype: str = DEFAULT_WEIGHT_DTYPE, kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
                      activation_reserve_bytes: float = DEFAULT_ACTIVATION_RESERVE,
                      max_model_len: int | None = None, block_size: int = MLA_BLOCK_SIZE) -> MoEServingPlan:
     """Memory per GPU, KV room and the rubric's findings for ``layout`` on ``cluster``.

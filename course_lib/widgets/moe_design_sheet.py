@@ -14,6 +14,8 @@ import ipywidgets as w
 from course_lib.perf.hardware import GPUS, get_gpu
 from course_lib.perf.models import DEEPSEEK_V3, ModelSpec
 from course_lib.perf.moe_serving import (
+    DEFAULT_GPU,
+    DEFAULT_WEIGHT_DTYPE,
     PRESETS,
     SERVING_CHECKLIST,
     WEIGHT_DTYPES,
@@ -65,7 +67,7 @@ class MoEDesignSheet(w.VBox):
     (TP, DP, EP, PP); preset buttons for ``moe_serving.PRESETS``; the plan redrawn in place."""
 
     def __init__(self, model: ModelSpec = DEEPSEEK_V3, nodes: int = 2, gpus_per_node: int = 8,
-                 gpu: str = "H200-141GB", weight_dtype: str = "fp8", layout: Layout | None = None) -> None:
+                 gpu: str = DEFAULT_GPU, weight_dtype: str = DEFAULT_WEIGHT_DTYPE, layout: Layout | None = None) -> None:
         self.model = model
         layout = Layout(tp=16) if layout is None else layout  # the sheet opens on the bug to fix
         drop = {"style": STYLE}
@@ -107,7 +109,8 @@ class MoEDesignSheet(w.VBox):
         """Set every control to the preset ``name`` (a key of ``PRESETS``), then redraw once."""
         nodes, gpus_per_node, layout = PRESETS[name]
         self._loading = True
-        try:
+        try:  # the presets are laid out for the default cluster: H200s with fp8 weights
+            self.gpu.value, self.dtype.value = get_gpu(DEFAULT_GPU).name, DEFAULT_WEIGHT_DTYPE
             self.nodes.value, self.gpus_per_node.value = nodes, gpus_per_node
             self.tp.value, self.dp.value, self.ep.value, self.pp.value = layout.tp, layout.dp, layout.ep, layout.pp
         finally:
