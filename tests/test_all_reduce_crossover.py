@@ -7,6 +7,7 @@ from course_lib.perf.tp_all_reduce import all_reduce_time, one_shot_ring_crossov
 from course_lib.perf.units import KiB, MiB, format_bytes
 from course_lib.widgets.all_reduce_crossover import (
     MEASURED_MODE,
+    MODEL,
     SIZES,
     AllReduceCrossover,
     measured_crossover_text,
@@ -132,3 +133,20 @@ def test_rows_from_a_real_benchmark_render():
     star = crossovers(rows)["two_shot_over_one_shot"]
     assert [t.x[0] for t in _markers(figure).values()] == ([] if star is None else [star])
     assert "Measured" in measured_crossover_text(rows)
+
+
+def test_it_opens_on_given_rows_at_their_rank_count_and_hides_the_toggle_without_rows():
+    chart = AllReduceCrossover(fake_rows(4 * KiB), world_size=4)
+    assert chart.mode.value == MEASURED_MODE and chart.num_ranks.value == 4
+    assert chart.mode.layout.display is None
+    bare = AllReduceCrossover()
+    assert bare.mode.value == MODEL and bare.mode.layout.display == "none"
+    bare.set_measured(fake_rows(None), world_size=2)
+    assert bare.mode.layout.display is None and bare.mode.value == MEASURED_MODE and bare.num_ranks.value == 2
+
+
+def test_two_shot_is_dashed_so_it_shows_on_top_of_the_ring_at_two_ranks():
+    figure = model_figure(2)
+    two_shot = next(trace for trace in figure.data if trace.name == "two-shot")
+    ring = next(trace for trace in figure.data if trace.name == "ring")
+    assert two_shot.y == ring.y and two_shot.line.dash == "dash" and ring.line.dash == "solid"

@@ -32,6 +32,7 @@ SIZES = np.logspace(10, 26, 129, base=2)  # 1 KiB .. 64 MiB
 TICKS = [KiB * 4**k for k in range(9)]
 RANK_OPTIONS = (2, 3, 4, 8, 16)
 COLOURS = {"one-shot": "#1f77b4", "two-shot": "#ff7f0e", "ring": "#2ca02c"}
+DASHES = {"one-shot": "solid", "two-shot": "dash", "ring": "solid"}  # at N = 2 two-shot lies on the ring
 MEASURED = {"one_shot_s": ("one-shot", "#1f77b4", "solid"), "two_shot_s": ("two-shot", "#ff7f0e", "solid"),
             "ring_s": ("hand-written ring (collectives/ring.py)", "#2ca02c", "dash"),
             "gloo_s": ("gloo's dist.all_reduce", "#9467bd", "dot"),
@@ -82,7 +83,8 @@ def model_figure(num_ranks: int, alpha_s: float = DEFAULT_ALPHA_S, bandwidth: fl
     times = {name: [all_reduce_time(name, num_ranks, k, alpha_s, bandwidth) * 1e6 for k in SIZES]
              for name in TP_ALGORITHMS}
     for name, values in times.items():
-        figure.add_trace(go.Scatter(x=SIZES, y=values, mode="lines", name=name, line_color=COLOURS[name],
+        figure.add_trace(go.Scatter(x=SIZES, y=values, mode="lines", name=name,
+                                    line={"color": COLOURS[name], "dash": DASHES[name], "width": 2.5},
                                     hovertemplate=f"{name}: %{{x:.3s}}B in %{{y:.3g}} µs<extra></extra>"))
     low, high = min(map(min, times.values())), max(map(max, times.values()))
     star = two_shot_crossover_bytes(num_ranks, alpha_s, bandwidth)
@@ -146,14 +148,18 @@ class AllReduceCrossover(w.VBox):
     """Sliders for N, α (µs) and bandwidth (GB/s) over the model; with measured rows (passed in, or
     later with ``set_measured``) a toggle shows them instead. Invariants: ``pane`` and ``verdict``
     are the same widgets after every change (redrawn in place); in measured mode the sliders are
-    disabled, since they do not change what was measured."""
+    disabled, since they do not change what was measured. It opens on the rows when given (the N
+    slider at their ``world_size``), and hides the toggle while there are none."""
 
     def __init__(self, rows: list[dict] | None = None, world_size: int | None = None, num_ranks: int = 8,
                  alpha_us: float = DEFAULT_ALPHA_S * 1e6, bandwidth_gb_s: float = DEFAULT_BANDWIDTH / 1e9) -> None:
         style, layout = {"description_width": "10em"}, w.Layout(width="520px")
         self.rows, self.world_size = rows, world_size
-        self.mode = w.ToggleButtons(options=[("α-β model", MODEL), ("measured", MEASURED_MODE)], value=MODEL,
-                                    description="show")
+        self.mode = w.ToggleButtons(options=[("α-β model", MODEL), ("measured", MEASURED_MODE)],
+                                    value=MEASURED_MODE if rows else MODEL, description="show",
+                                    layout=w.Layout(display=None if rows else "none"))  # no rows: nothing to toggle to
+        if world_size in RANK_OPTIONS:  # the model opens at the measured N
+            num_ranks = world_size
         self.num_ranks = w.SelectionSlider(options=RANK_OPTIONS, value=num_ranks, description="GPUs N",
                                            style=style, layout=layout)
         self.alpha_us = w.SelectionSlider(options=log_options(0.1, 100, [x.alpha_s * 1e6 for x in LINKS.values()]),
@@ -171,6 +177,9 @@ class AllReduceCrossover(w.VBox):
     def set_measured(self, rows: list[dict], world_size: int | None = None) -> None:
         """Take rows from ``symmetric.benchmark`` and show them."""
         self.rows, self.world_size = rows, world_size
+        self.mode.layout.display = None
+        if world_size in RANK_OPTIONS:
+            self.num_ranks.value = world_size  # observed: redraws the model first, then the rows below
         if self.mode.value == MEASURED_MODE:
             self.redraw()
         else:
