@@ -58,12 +58,15 @@ def test_shape_errors_say_what_to_change():
 def test_widget_steps_and_redraws_in_place():
     widget = TPDerivation()
     view, totals = widget.view, widget.totals
-    assert widget.slider.max == 6 and "Step 1 of 7" in view.value
+    assert widget.slider.value == 1 and widget.slider.max == 7 and "Step 1 of 7" in view.value
     widget.forward.click()
-    assert widget.slider.value == 1 and "Step 2 of 7" in view.value
-    widget.slider.value = 6
+    assert widget.slider.value == 2 and "Step 2 of 7" in view.value  # the slider counts as the heading does
+    widget.slider.value = 7
     widget.forward.click()  # clamped at the last step
-    assert widget.slider.value == 6 and "all-reduce" in view.value
+    assert widget.slider.value == 7 and "Step 7 of 7" in view.value and "all-reduce" in view.value
+    widget.back.click()
+    assert "Step 6 of 7" in view.value
+    widget.forward.click()
     widget.num_ranks.value = 4
     assert "rank 3" in view.value and "N = 4" in view.value
     widget.order.value = WRONG

@@ -228,10 +228,10 @@ class TPDerivation(w.VBox):
         self.order = w.ToggleButtons(options=[(label, key) for key, label in ORDERS.items()], value=order,
                                      description="split", style={"button_width": "210px"})
         self.num_ranks = w.ToggleButtons(options=RANK_COUNTS, value=num_ranks, description="TP size N")
-        self.slider = w.IntSlider(0, 0, 6, description="step")
+        self.slider = w.IntSlider(1, 1, 7, description="step")  # 1-based, as the heading counts
         self.back, self.forward = w.Button(description="◀ previous"), w.Button(description="next ▶")
         self.view, self.totals = w.HTML(), w.HTML()
-        self.back.on_click(lambda _: setattr(self.slider, "value", max(0, self.slider.value - 1)))
+        self.back.on_click(lambda _: setattr(self.slider, "value", max(1, self.slider.value - 1)))
         self.forward.on_click(lambda _: setattr(self.slider, "value", min(self.slider.max, self.slider.value + 1)))
         for control in (self.order, self.num_ranks, self.slider):
             control.observe(lambda _: self.redraw(), "value")
@@ -249,6 +249,6 @@ class TPDerivation(w.VBox):
     @one_at_a_time
     def redraw(self) -> None:
         derivation = self.derivation()
-        self.slider.max = len(derivation.steps) - 1
-        self.view.value = render_step(derivation, min(self.slider.value, self.slider.max))
+        self.slider.max = len(derivation.steps)
+        self.view.value = render_step(derivation, min(self.slider.value, self.slider.max) - 1)
         self.totals.value = summary(derivation, self.derivation(WRONG if self.order.value == RIGHT else RIGHT))
