@@ -19,6 +19,12 @@ arguments are inherited when ranks start by ``fork`` (Linux), so a model object 
 
 from __future__ import annotations
 
+import os
+import pickle
+import shutil
+import signal
+import threading
+import time
 import weakref
 from typing import Any, Callable
 
@@ -26,22 +32,41 @@ import torch.distributed as dist
 
 from course_lib.collectives.launch import RankProcesses, default_backend, join_process_group, report_result
 
-_STOP = None  # the command that ends a rank's loop
+_STOP = b""  # the command that ends a rank's loop
+PARENT_CHECK_S = 1.0  # how often a rank checks that the process that started it is still alive
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this rank when its parent dies (SIGKILL, SIGTERM): it would wait for commands forever."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def _pool_rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
-                    setup: Callable, args: tuple, kwargs: dict, commands, messages, native_log: str) -> None:
+                    setup: Callable, args: tuple, kwargs: dict, commands, messages, native_log: str,
+                    parent: int) -> None:
+    # A notebook's interrupt signals the kernel's whole process group, these ranks included; the
+    # caller stops them itself, so they must not die of it between commands.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent)
     state: dict[str, Any] = {}
 
     def start() -> None:
         join_process_group(rank, world_size, backend, init_method, timeout_s, True, messages, native_log)
         state["value"] = setup(*args, **kwargs)
 
+    def run(payload: bytes) -> Any:
+        fn, call_args, call_kwargs = pickle.loads(payload)  # inside report_result: a failure here is reported too
+        return fn(state["value"], *call_args, **call_kwargs)
+
     try:
         report_result(messages, rank, start)
-        while (command := commands.get()) is not _STOP:
-            fn, call_args, call_kwargs = command
-            report_result(messages, rank, lambda: fn(state["value"], *call_args, **call_kwargs))
+        while (payload := commands.get()) != _STOP:
+            report_result(messages, rank, lambda: run(payload))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -49,10 +74,12 @@ def _pool_rank_main(rank: int, world_size: int, backend: str, init_method: str, 
 
 def _shut_down(ranks: RankProcesses, commands: list, grace_s: float) -> None:
     for queue in commands:
+        queue.cancel_join_thread()  # a dead rank never reads what is queued to it: do not wait on its pipe at exit
         try:
             queue.put(_STOP)
         except (ValueError, OSError):  # already closed
             pass
+    ranks.messages.cancel_join_thread()
     ranks.stop(grace_s)
     for queue in commands:
         queue.close()
@@ -75,8 +102,11 @@ class RankPool:
         ranks = self._ranks
         ranks.start(_pool_rank_main, lambda rank: (rank, world_size, self.backend, ranks.init_method, timeout_s,
                                                    setup, args, kwargs, self._commands[rank], ranks.messages,
-                                                   ranks.native.paths[rank]))
+                                                   ranks.native.paths[rank], os.getpid()))
         self._wait("starting the ranks", timeout_s)
+        # every rank has opened its log: the files live on in the open descriptors, and nothing is left
+        # behind however this process ends (a kernel restart skips the finalizer)
+        shutil.rmtree(ranks.log_dir, ignore_errors=True)
 
     @property
     def closed(self) -> bool:
@@ -90,14 +120,25 @@ class RankPool:
             self._finalizer()
             raise
 
+    @property
+    def closed_because(self) -> str:
+        """Why the ranks are gone: after which failure, or "by close()"."""
+        return f"after a {self._closed_because}" if self._closed_because else "by close()"
+
     def call(self, fn: Callable, *args, timeout_s: float | None = None, **kwargs) -> list:
-        """``fn(state, *args, **kwargs)`` on every rank; their results in rank order."""
+        """``fn(state, *args, **kwargs)`` on every rank; their results in rank order. ``fn`` and the
+        arguments are pickled here first, so what cannot be sent fails at once."""
         if self.closed:
-            why = f" after a {self._closed_because}" if self._closed_because else ""
-            raise RuntimeError(f"This pool's ranks were stopped{why}; start a new one.")
-        for queue in self._commands:
-            queue.put((fn, args, kwargs))
-        return self._wait(f"running {getattr(fn, '__name__', fn)}", timeout_s or self.timeout_s)
+            raise RuntimeError(f"This pool's ranks were stopped {self.closed_because}; start a new one.")
+        payload = pickle.dumps((fn, args, kwargs))
+        try:
+            for queue in self._commands:
+                queue.put(payload)
+        except BaseException as error:  # some ranks got the command, some did not: they are out of step
+            self._closed_because = f"{type(error).__name__} while sending {getattr(fn, '__name__', fn)}"
+            self._finalizer()
+            raise
+        return self._wait(f"running {getattr(fn, '__name__', fn)}", self.timeout_s if timeout_s is None else timeout_s)
 
     def close(self) -> None:
         """Stop the ranks (idempotent)."""

@@ -54,13 +54,10 @@ def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, bl
     choice = requested or default_attention_backend(param.device)
     if choice != "triton":
         return choice
-    if param.device.type == "cpu" and not triton_interprets():
-        raise ValueError('attention_backend="triton" on the CPU needs TRITON_INTERPRET=1 in the environment '
-                         "before Python starts (kernels then run in Triton's slow interpreter); "
-                         'or use attention_backend="torch".')
-    c = model.config
+    check_triton_possible(param.device)
+    attn = model.model.layers[0].self_attn  # the heads this model (or tensor-parallel shard) runs
     try:
-        probe_triton(c.num_attention_heads, c.num_key_value_heads, c.head_dim, block_size, param.dtype, param.device)
+        probe_triton(attn.num_heads, attn.num_kv_heads, attn.head_dim, block_size, param.dtype, param.device)
     except Exception as error:  # noqa: BLE001 - whatever compiling or launching raises is the reason
         if requested == "triton":
             raise RuntimeError(f'attention_backend="triton" failed its start-up probe on {param.device}: '
@@ -70,6 +67,14 @@ def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, bl
                       f"uses the PyTorch attention backend instead. {HINT}", AttentionBackendFallback, stacklevel=3)
         return "torch"
     return "triton"
+
+
+def check_triton_possible(device: torch.device) -> None:
+    """Raise ``ValueError`` saying what to do when Triton cannot run on ``device`` at all."""
+    if device.type == "cpu" and not triton_interprets():
+        raise ValueError('attention_backend="triton" on the CPU needs TRITON_INTERPRET=1 in the environment '
+                         "before Python starts (kernels then run in Triton's slow interpreter); "
+                         'or use attention_backend="torch".')
 
 
 def triton_interprets() -> bool:

@@ -24,11 +24,11 @@ from typing import Callable
 
 import torch
 
-from course_lib.engine.backend import resolve_attention_backend
+from course_lib.engine.backend import check_triton_possible, resolve_attention_backend
 from course_lib.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
 from course_lib.engine.metrics import SpecDecodeStats, StepRecord
-from course_lib.engine.model_runner import ModelRunner
+from course_lib.engine.model_runner import ATTENTION_BACKENDS, ModelRunner, prepare
 from course_lib.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from course_lib.engine.proposers import DraftModelProposer, NgramProposer
 from course_lib.engine.request import Request, RequestStatus
@@ -118,9 +118,13 @@ class LLM:
         if tensor_parallel_size == 1:
             self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
             self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend)
-        else:  # each rank resolves the backend on its own device
+        else:  # each rank resolves the backend on its own device; a setting that cannot work fails here
+            if attention_backend not in (None, *ATTENTION_BACKENDS):
+                raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {attention_backend!r}.")
+            if attention_backend == "triton":
+                check_triton_possible(torch.device(device))
             self.runner = TensorParallelRunner(model, tensor_parallel_size, num_gpu_blocks, block_size, num_cpu_blocks,
-                                               attention_backend, dtype,
+                                               attention_backend, next(model.parameters()).dtype,  # as at TP=1
                                                backend="nccl" if device.startswith("cuda") else "gloo",
                                                timeout_s=distributed_timeout_s)
             self.attention_backend = self.runner.attention_backend
@@ -191,6 +195,7 @@ class LLM:
         """Queue a prompt; ``params.n`` samples become sibling requests that share the prompt's
         cached blocks. Returns their request ids."""
         params = params or SamplingParams()
+        self._check_open()
         prompt_ids = self._encode(prompt)
         base = request_id or str(next(self._ids))
         ids = []
@@ -215,7 +220,7 @@ class LLM:
         sampled, model_time = {}, 0.0
         if plan.num_scheduled_tokens:
             tables = {rid: self.kv_cache_manager.block_ids(rid) for rid in plan.num_scheduled_tokens}
-            batch = self.runner.prepare(plan, self.scheduler.requests, tables)
+            batch = prepare(plan, self.scheduler.requests, tables, self.cache_config.block_size)
             model_started = time.perf_counter()
             sampled = self.runner.execute(batch, self._generators)
             model_time = time.perf_counter() - model_started
@@ -242,6 +247,7 @@ class LLM:
                  cache_salt: str | None = None, on_step: Callable[[int], None] | None = None) -> list[RequestOutput]:
         """Generate for every prompt (in the given order); ``on_step(step)`` reports progress."""
         prompts = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else prompts
+        self._check_open()
         encoded = [self._encode(prompt) for prompt in prompts]  # every prompt is valid before any work starts
         groups = []
         for prompt, prompt_ids in zip(prompts, encoded):
@@ -254,6 +260,11 @@ class LLM:
             if on_step is not None:
                 on_step(len(self.step_trace))
         return [self._output(request_id, prompt, [done[i] for i in ids]) for request_id, prompt, ids in groups]
+
+    def _check_open(self) -> None:
+        """Refuse new work once the tensor-parallel workers are gone (before anything is queued)."""
+        if isinstance(self.runner, TensorParallelRunner):
+            self.runner.check_open()
 
     def close(self) -> None:
         """Stop the tensor-parallel rank workers (nothing to do at ``tensor_parallel_size=1``)."""

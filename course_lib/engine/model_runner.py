@@ -2,7 +2,8 @@
 
 The KV cache is one tensor per layer, ``[2, num_blocks, block_size, kv_heads, head_dim]``,
 allocated once. The flat batch is plain lists (``StepBatch``), so the same step can be sent to
-tensor-parallel ranks (``engine/tensor_parallel_runner.py``), each running its own ``ModelRunner``. Each step's new tokens from all requests become one flat batch; only
+tensor-parallel ranks (``engine/tensor_parallel_runner.py``), each running its own ``ModelRunner``.
+Each step's new tokens from all requests become one flat batch; only
 requests whose last uncomputed token is in this step get logits (and a sampled token).
 A request verifying ``j`` speculative drafts gets ``j + 1`` logits rows from the same pass (its
 last token's and each draft's), and the rejection sampler turns them into 1 to ``j + 1`` tokens.
@@ -87,7 +88,8 @@ def prepare(out: SchedulerOutput, requests: dict[str, Request], block_tables: di
     return ModelInput(batch, sampling, all_drafts)
 
 
-def sample_step(logits: torch.Tensor, step: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
+def sample_step(logits: torch.Tensor, step: ModelInput,
+                generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
     """Sample for every request that reached its end: one token, or (with drafts) the verified run
     of drafts plus one."""
     drafts_of = step.drafts or [[]] * len(step.sampling)
@@ -132,10 +134,6 @@ class ModelRunner:
                 cpu[:, dst] = gpu[:, src.to(self.device)].cpu()
             else:
                 gpu[:, dst.to(self.device)] = cpu[:, src].to(self.device)
-
-    def prepare(self, out: SchedulerOutput, requests: dict[str, Request],
-                block_tables: dict[str, list[int]]) -> ModelInput:
-        return prepare(out, requests, block_tables, self.block_size)
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:

@@ -1,14 +1,17 @@
 """The model runner for ``tensor_parallel_size > 1``: one worker per rank, the scheduler stays here.
 
-As in vLLM V1's multiprocess executor, this process keeps the scheduler, the KV cache manager and
-sampling; N rank workers (a ``RankPool``: gloo on CPUs, NCCL with a GPU per rank) each hold one
-shard of the model (``models/tensor_parallel_llama.py``) and a ``ModelRunner`` whose paged KV
-cache stores only that rank's KV heads. Every block id means the same block on every rank: the
-one block table this process keeps indexes all N caches.
+As in vLLM V1's multiprocess executor, this process keeps the scheduler and the KV cache manager;
+N rank workers (a ``RankPool``: gloo on CPUs, NCCL with a GPU per rank) each hold one shard of
+the model (``models/tensor_parallel_llama.py``) and a ``ModelRunner`` whose paged KV cache stores
+only that rank's KV heads. Every block id means the same block on every rank: the one block table
+this process keeps indexes all N caches.
 
 Each step, every rank receives the same ``StepBatch`` (plain lists), runs its forward pass (two
-all-reduces per layer join the ranks' partial sums) and rank 0 sends back the logits; the others'
-are identical. ``all_reduces_per_step`` is what each rank counted in its last forward pass.
+all-reduces per layer join the ranks' partial sums) and rank 0 sends back the logits, which this
+process samples with the code TP=1 uses. (vLLM differs in the plumbing: it broadcasts the
+scheduler's output through a shared-memory queue to workers that keep each request's state
+between steps, samples inside the workers and returns token ids.) ``all_reduces_per_step`` is
+what each rank counted in its last forward pass.
 """
 
 from __future__ import annotations
@@ -16,12 +19,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from course_lib.collectives.launch import default_backend
 from course_lib.collectives.rank_pool import RankPool
 from course_lib.engine.backend import resolve_attention_backend
-from course_lib.engine.model_runner import ModelInput, ModelRunner, StepBatch, prepare, sample_step
-from course_lib.engine.request import Request
-from course_lib.engine.scheduler import SchedulerOutput
+from course_lib.engine.model_runner import ModelInput, ModelRunner, StepBatch, sample_step
 from course_lib.models.llama import LlamaForCausalLM
 from course_lib.models.tensor_parallel_llama import shard_llama_
 
@@ -53,27 +53,28 @@ def _describe(worker: _Worker) -> dict:
 
 
 class TensorParallelRunner:
-    """``ModelRunner``'s ``prepare`` / ``execute``, run over ``tensor_parallel_size`` rank workers.
+    """``ModelRunner``'s ``execute``, run over ``tensor_parallel_size`` rank workers.
 
-    ``model`` must be on the CPU (each worker moves its shard to its own device); ``timeout_s``
-    bounds every step, so a rank that hangs or dies raises instead of stalling the caller."""
+    ``model`` must be on the CPU (each worker moves its shard to its own device and ``dtype``);
+    ``timeout_s`` bounds every step, so a rank that hangs or dies raises instead of stalling the
+    caller. Once the workers are stopped (a failure, or ``close``) ``execute`` raises, naming why."""
 
     def __init__(self, model: LlamaForCausalLM, tensor_parallel_size: int, num_blocks: int, block_size: int,
-                 num_cpu_blocks: int, attention_backend: str | None, dtype: torch.dtype, backend: str | None = None,
+                 num_cpu_blocks: int, attention_backend: str | None, dtype: torch.dtype, backend: str,
                  timeout_s: float = 60.0) -> None:
-        self.block_size = block_size
-        backend = backend or default_backend(tensor_parallel_size)
         self.pool = RankPool(tensor_parallel_size, _Worker, model, num_blocks, block_size, num_cpu_blocks,
                              attention_backend, dtype, backend, backend=backend, timeout_s=timeout_s)
         self.ranks = self.pool.call(_describe)
         self.attention_backend = self.ranks[0]["attention_backend"]
         self.all_reduces_per_step = 0
 
-    def prepare(self, out: SchedulerOutput, requests: dict[str, Request],
-                block_tables: dict[str, list[int]]) -> ModelInput:
-        return prepare(out, requests, block_tables, self.block_size)
+    def check_open(self) -> None:
+        if self.pool.closed:
+            raise RuntimeError(f"This LLM's tensor-parallel workers were stopped {self.pool.closed_because}; "
+                               "create a new LLM to go on.")
 
     def execute(self, step: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
+        self.check_open()
         results = self.pool.call(_forward, step.batch)
         counts = {count for _, count in results}
         if len(counts) != 1:  # every rank runs the same layers: a difference is a bug, not noise

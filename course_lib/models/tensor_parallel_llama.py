@@ -1,14 +1,19 @@
-"""One tensor-parallel rank's share of a ``LlamaForCausalLM``, as vLLM shards Llama.
+"""One tensor-parallel rank's share of a ``LlamaForCausalLM``, for inference, as vLLM shards its layers.
 
 Per decoder layer, with N ranks:
   * attention: ``q_proj``, ``k_proj``, ``v_proj`` column-parallel by heads (rank r keeps query heads
     r*H/N .. and KV heads r*KV/N .., so each query head's KV head stays on its rank and the rank's
     paged KV cache holds only its KV heads); ``o_proj`` row-parallel, its partial sums all-reduced;
   * MLP: ``gate_proj`` and ``up_proj`` column-parallel, ``down_proj`` row-parallel, all-reduced.
-Embeddings, norms and the LM head are replicated. So one forward pass makes exactly two
-all-reduces per layer (the g of each block, ``collectives/tensor_parallel.py``), and every rank
+Embeddings, norms and the LM head are replicated (vLLM also splits the embedding and LM head by
+vocabulary, which saves memory on big vocabularies and adds a collective). So one forward pass
+makes exactly two all-reduces per layer (the g of each block, ``collectives/tensor_parallel.py``), and every rank
 ends with the same hidden states and logits as the unsharded model, up to float rounding (the sum
-over ranks adds the same products in a different order).
+over ranks adds the same products in a different order). Forward only: the column-parallel
+layers skip f, whose forward is the identity, and nothing here trains.
+
+Every rank needs whole heads: a TP size must divide the heads and the KV heads (vLLM replicates
+KV heads when there are fewer than ranks; this refuses instead).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ def check_tensor_parallel_size(config: LlamaConfig, tensor_parallel_size: int) -
              "MLP width (intermediate_size)": config.intermediate_size}
     for what, size in sizes.items():
         if size % tensor_parallel_size:
-            fits = [n for n in range(1, tensor_parallel_size) if all(s % n == 0 for s in sizes.values())]
+            fits = [n for n in range(1, config.num_key_value_heads + 1) if all(s % n == 0 for s in sizes.values())]
             raise ValueError(f"The model's {size} {what} do not divide by tensor_parallel_size="
                              f"{tensor_parallel_size}: every rank needs whole heads. Use a size that divides "
                              f"{config.num_attention_heads} heads, {config.num_key_value_heads} KV heads and "

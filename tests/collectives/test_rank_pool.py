@@ -75,3 +75,62 @@ def no_weights_here() -> None:
 def test_a_failing_setup_raises_from_the_constructor():
     with pytest.raises(RankFailure, match="FileNotFoundError: no weights here"):
         RankPool(2, no_weights_here, timeout_s=10)
+
+
+def test_an_interrupt_sent_to_the_whole_process_group_leaves_idle_ranks_alive():
+    # what a notebook's interrupt does: SIGINT to the kernel's process group, the ranks included
+    import signal
+    with RankPool(2, make_counter, 0.0, timeout_s=20) as pool:
+        pids = pool.call(pid)
+        for rank_pid in pids:
+            os.kill(rank_pid, signal.SIGINT)
+        assert pool.call(add_and_sum, 1.0) == [3.0, 3.0]
+
+
+def test_what_cannot_be_sent_fails_at_once_and_the_pool_stays_usable():
+    with RankPool(2, make_counter, 0.0, timeout_s=20) as pool:
+        with pytest.raises(Exception, match="pickle|lambda"):
+            pool.call(lambda state: 1)
+        assert pool.call(add_and_sum, 1.0) == [3.0, 3.0]
+
+
+def test_the_log_folder_is_gone_once_the_ranks_are_up():
+    with RankPool(2, make_counter, 0.0, timeout_s=20) as pool:
+        assert not os.path.exists(pool._ranks.log_dir)
+        assert pool.call(add_and_sum, 0.0) == [1.0, 1.0]  # the ranks write on through their open files
+
+
+ORPHAN_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from course_lib.collectives.rank_pool import RankPool
+from test_rank_pool import make_counter, pid
+pool = RankPool(2, make_counter, 0.0, timeout_s=20)
+print(*pool.call(pid), flush=True)
+time.sleep(60)
+"""
+
+
+def test_ranks_exit_when_the_process_that_started_them_is_killed():
+    import subprocess
+    import sys
+    import time
+    script = ORPHAN_SCRIPT.format(tests=os.path.dirname(__file__))
+    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in driver.stdout.readline().split()]
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in alive if _running(p)]
+    assert not alive, f"ranks {alive} outlived their parent"
+
+
+def _running(process_id: int) -> bool:
+    try:
+        with open(f"/proc/{process_id}/stat") as stat:
+            return stat.read().split()[2] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False

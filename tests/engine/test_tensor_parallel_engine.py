@@ -15,6 +15,7 @@ from course_lib.collectives.launch import CollectiveTimeout, RankFailure, run_on
 from course_lib.engine import tensor_parallel_runner
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
+from course_lib.models.llama import LlamaConfig, LlamaForCausalLM
 from course_lib.models.loader import load_model
 from course_lib.models.tensor_parallel_llama import check_tensor_parallel_size, shard_llama_
 
@@ -102,7 +103,7 @@ def test_a_rank_that_skips_its_forward_times_out_instead_of_hanging(monkeypatch)
     monkeypatch.setattr(tensor_parallel_runner, "_forward", rank_one_skips_its_forward)
     with pytest.raises(CollectiveTimeout, match=r"rank 0: inside all_reduce"):
         llm.generate(PROMPTS[:1], GREEDY)
-    with pytest.raises(RuntimeError, match="ranks were stopped after a CollectiveTimeout"):
+    with pytest.raises(RuntimeError, match="workers were stopped after a CollectiveTimeout.*create a new LLM"):
         llm.generate(PROMPTS[:1], GREEDY)
 
 
@@ -111,3 +112,39 @@ def test_a_rank_that_dies_is_reported():
     os.kill(llm.runner.pool._ranks.processes[1].pid, 9)
     with pytest.raises(RankFailure, match="rank 1 died with exit code -9"):
         llm.generate(PROMPTS[:1], GREEDY)
+
+
+def test_after_close_new_work_is_refused_before_anything_is_queued_and_the_workers_are_gone():
+    llm = LLM("tiny-llama", tensor_parallel_size=2)
+    processes = llm.runner.pool._ranks.processes
+    llm.close()
+    assert all(not process.is_alive() for process in processes)
+    with pytest.raises(RuntimeError, match="workers were stopped by close"):
+        llm.generate(PROMPTS[:1], GREEDY)
+    assert not llm.scheduler.has_unfinished_requests()
+
+
+def test_a_notebook_interrupt_to_the_whole_process_group_does_not_kill_the_workers():
+    import signal
+    with LLM("tiny-llama", tensor_parallel_size=2, max_model_len=256) as llm:
+        for process in llm.runner.pool._ranks.processes:  # what Jupyter's interrupt reaches besides the kernel
+            os.kill(process.pid, signal.SIGINT)
+        assert len(llm.generate(PROMPTS[:1], GREEDY)[0].outputs[0].token_ids) == GREEDY.max_tokens
+
+
+def test_a_gqa_model_object_sampled_with_seeds_and_shared_prefixes_matches_one_rank():
+    """8 query heads over 2 KV heads: each rank's 4 query heads must read its own KV head. Prompts
+    sharing whole blocks (prefix-cache hits across requests), n=2 seeded sampling at T=0.8."""
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
+                         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256,
+                         bos_token_id=0, eos_token_id=1)
+    model = LlamaForCausalLM(config).eval()
+    shared = list(range(2, 40))  # over two 16-token blocks
+    prompts = [shared + [40 + i] for i in range(3)]
+    params = SamplingParams(temperature=0.8, max_tokens=12, n=2, seed=3, ignore_eos=True)
+    expected = LLM(model, max_model_len=128).generate(prompts, params)
+    with LLM(model, tensor_parallel_size=2, max_model_len=128) as llm:
+        got = llm.generate(prompts, params)
+        assert sum(record.prefix_hit_tokens for record in llm.step_trace) > 0
+    assert [[c.token_ids for c in o.outputs] for o in got] == [[c.token_ids for c in o.outputs] for o in expected]
