@@ -229,6 +229,22 @@ def test_widget_is_driven_like_a_learner(bank):
     assert "first-try score 3/5" in quiz.score_label.value and "Only your first answer" in quiz.children[0].value
 
 
+def test_long_options_wrap_within_the_card(bank):
+    """Options are sized to their text but never wider than the card, and the quiz carries the
+    style that lets their labels wrap (ipywidgets keeps them on one line at a fixed height);
+    code lines fill the card less their margins, without overflowing it."""
+    quiz = QuizWidget(bank, learner="ada")
+    options = [quiz.cards["one"].control, *quiz.cards["many"].control.children]
+    for control in options:
+        assert "course-quiz-option" in control._dom_classes
+        assert (control.layout.width, control.layout.max_width[:10]) == ("max-content", "calc(100% ")
+    style = next(child for child in quiz.children if "<style>" in getattr(child, "value", ""))
+    assert style.layout.display == "none"
+    for rule in (".course-quiz-option .widget-radio-box label{", "height:auto", "white-space:normal",
+                 ".course-quiz-option .widget-label-basic", "white-space:pre-wrap"):
+        assert rule in style.value
+    assert all(b.layout.width == "auto" and b.layout.align_self == "stretch" for b in quiz.cards["bug"].line_buttons)
+
 def test_plain_text_rendering_lists_every_question(bank):
     text = render_text(bank)
     for fragment in ("1. [single] Pick B.", "b) B", "Answer in bytes.", "- Page table", " 2 | b = 0.3"):

@@ -40,10 +40,30 @@ from course_lib.quiz.text import render_text
 UNCHOSEN = "(choose)"
 RULES = (f"Only your first answer to each question counts (the first-try score). Try again as often "
          f"as you like to learn: the full answer shows once you get it right, or after {REVEAL_AFTER} wrong tries.")
+# Long texts wrap within the card: ipywidgets gives a radio item a fixed height and keeps a
+# checkbox's description, or a button's, on one line. Here an option's text wraps, and its further
+# lines start under its first, beside the radio or checkbox, which stays level with the first line.
+# A code line too long for the card (a narrow window) wraps too, its further lines indented past
+# the code's start, rather than being cut off. One-line options and code lines keep ipywidgets' own
+# size and place: radio items 20px high, checkboxes and buttons 28px. Every QuizWidget holds this
+# style, and so does a spot-the-bug card's control.
 _STYLE = w.HTML(
     "<style>.course-code-line{text-align:left!important;font-family:monospace!important;"
-    "white-space:pre!important}</style>"
+    "white-space:pre-wrap!important;overflow-wrap:anywhere;height:auto!important;"
+    "min-height:var(--jp-widgets-inline-height);line-height:20px!important;"
+    "padding:4px 10px 4px calc(10px + 6ch)!important;text-indent:-6ch}"
+    ".course-quiz-option .widget-radio-box label{display:flex!important;align-items:flex-start;"
+    "height:auto!important;white-space:normal!important;overflow-wrap:anywhere}"
+    ".course-quiz-option .widget-radio-box input{order:-1;flex:none;float:none!important}"
+    ".course-quiz-option.widget-checkbox{height:auto!important;min-height:var(--jp-widgets-inline-height)}"
+    ".course-quiz-option .widget-label-basic{flex:0 1 auto!important;min-width:0;white-space:normal!important;"
+    "line-height:20px!important;padding:4px 0 4px 21px;text-indent:-21px;overflow-wrap:anywhere}"
+    ".course-quiz-option .widget-label-basic span{white-space:normal!important}</style>",
+    layout=w.Layout(display="none"),  # a <style> applies where it is hidden too; this takes no room
 )
+# As wide as its content, at most the card's width less the control's own margins (ipywidgets
+# gives checkboxes and drop-downs a margin each side; 100% plus that overflows the card).
+_FIT_WIDTH = dict(width="max-content", max_width="calc(100% - 2 * var(--jp-widgets-margin))")
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")
 
 
@@ -87,19 +107,24 @@ class QuestionCard(w.VBox):
     def _build_control(self) -> w.Widget:
         q = self.question
         if isinstance(q, SingleChoice):
-            return w.RadioButtons(options=[(as_plain(q.options[i].text), i) for i in self.order], value=None,
-                                  layout=w.Layout(width="max-content"))
+            radios = w.RadioButtons(options=[(as_plain(q.options[i].text), i) for i in self.order], value=None,
+                                    layout=w.Layout(**_FIT_WIDTH))
+            radios.add_class("course-quiz-option")
+            return radios
         if isinstance(q, MultiSelect):
-            return w.VBox([w.Checkbox(description=as_html(q.options[i].text), description_allow_html=True,
-                                      value=False, indent=False, layout=w.Layout(width="max-content"))
-                           for i in self.order])
+            boxes = [w.Checkbox(description=as_html(q.options[i].text), description_allow_html=True,
+                                value=False, indent=False, layout=w.Layout(**_FIT_WIDTH))
+                     for i in self.order]
+            for box in boxes:
+                box.add_class("course-quiz-option")
+            return w.VBox(boxes)
         if isinstance(q, Numeric):
             return w.HBox([w.FloatText(value=0.0, layout=w.Layout(width="14em")), w.Label(q.unit)])
         if isinstance(q, Matching):
             choices = [(UNCHOSEN, UNCHOSEN), *((as_plain(c), c) for c in q.choice_order(self.learner))]
             # A drop-down shows one line and never wraps: size it to its longest choice (the
             # select's own width at max-content), and let it move below the item when too narrow.
-            fit = w.Layout(width="max-content", max_width="100%")
+            fit = w.Layout(**_FIT_WIDTH)
             return w.VBox([
                 w.HBox([w.HTML(as_html(left), layout=w.Layout(width="22em")),
                         w.Dropdown(options=choices, value=UNCHOSEN, layout=fit)],
@@ -108,8 +133,10 @@ class QuestionCard(w.VBox):
             ])
         if isinstance(q, SpotTheBug):
             for number, line in enumerate(q.lines, start=1):
-                button = w.Button(description=f"{number:>2}  {line}", layout=w.Layout(width="100%"),
-                                  tooltip="Click the faulty line")
+                # width auto, stretched: the card's width less the button's margins (100% plus the
+                # margins would overflow the card and give it a horizontal scrollbar)
+                button = w.Button(description=f"{number:>2}  {line}",
+                                  layout=w.Layout(width="auto", align_self="stretch"), tooltip="Click the faulty line")
                 button.add_class("course-code-line")
                 button.on_click(lambda _, n=number: self.submit(n))
                 self.line_buttons.append(button)
@@ -161,7 +188,7 @@ class QuizWidget(w.VBox):
                       for n, q in enumerate(bank.questions, start=1)}
         self._refresh()
         super().__init__([w.HTML(f"<h3>{as_html(bank.title)}</h3><p>{as_html(RULES)}</p>"),
-                          *self.cards.values(), self.score_label])
+                          *self.cards.values(), self.score_label, _STYLE])
 
     def _refresh(self) -> None:
         self.score_label.value = f"<b>{as_html(self.scorecard.summary())}</b>"
