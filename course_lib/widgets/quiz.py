@@ -113,6 +113,7 @@ class QuestionCard(w.VBox):
             return radios
         if isinstance(q, MultiSelect):
             boxes = [w.Checkbox(description=as_html(q.options[i].text), description_allow_html=True,
+                                tooltip=as_plain(q.options[i].text),  # else the hover shows the HTML's escapes
                                 value=False, indent=False, layout=w.Layout(**_FIT_WIDTH))
                      for i in self.order]
             for box in boxes:
