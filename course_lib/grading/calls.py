@@ -175,6 +175,127 @@ def _record_calls(names: tuple[str, ...], on_call: Callable) -> None:
                 setattr(namespace, name, recorded)
 
 
+# The ProcessGroup methods torch.distributed's calls go through (distributed_c10d's ``all_reduce``
+# ends in ``group.allreduce([tensor], opts)``), as the torch.distributed call that makes each (the
+# name hints use), and the place of the argument that holds what this rank hands it (None: nothing).
+PROCESS_GROUP_CALLS = {
+    "allreduce": ("all_reduce", 0), "allreduce_coalesced": ("all_reduce_coalesced", 0),
+    "broadcast": ("broadcast", 0), "reduce": ("reduce", 0),
+    "allgather": ("all_gather", 1), "allgather_coalesced": ("all_gather_coalesced", 1),
+    "all_gather_single": ("all_gather_into_tensor", 1), "_allgather_base": ("all_gather_into_tensor", 1),
+    "allgather_into_tensor_coalesced": ("all_gather_into_tensor_coalesced", 1),
+    "all_gather_single_coalesced": ("all_gather_into_tensor_coalesced", 1),
+    "gather": ("gather", 1), "scatter": ("scatter", 1),
+    "reduce_scatter": ("reduce_scatter", 1), "reduce_scatter_single": ("reduce_scatter_tensor", 1),
+    "_reduce_scatter_base": ("reduce_scatter_tensor", 1),
+    "reduce_scatter_single_coalesced": ("reduce_scatter_tensor_coalesced", 1),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter_tensor_coalesced", 1),
+    "alltoall": ("all_to_all", 1), "alltoall_base": ("all_to_all_single", 1),
+    "all_to_all_single": ("all_to_all_single", 1),
+    "barrier": ("barrier", None), "monitored_barrier": ("monitored_barrier", None),
+    "send": ("send", 0), "recv": ("recv", None), "recv_anysource": ("recv", None),
+}
+
+# Functional collectives (``torch.distributed._functional_collectives``) run these ops, which reach
+# the backend from C++, past the ProcessGroup methods; recorded under these names.
+FUNCTIONAL_OPS = {name: f"functional {name.rstrip('_')}" for name in (
+    "all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_", "all_gather_into_tensor",
+    "all_gather_into_tensor_out", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced", "all_to_all_single", "broadcast", "broadcast_")}
+
+# torch.distributed calls that make no communication of their own, recorded where they are called.
+SETUP_CALLS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
+
+
+def _tensors(value: Any) -> list:
+    """Every tensor in ``value`` (a tensor, or lists of them)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in _tensors(item)]
+    return []
+
+
+class _RecordedOp:
+    """An op of ``torch.ops`` whose calls are recorded; its overloads (``.default``) and the rest
+    are the op's own."""
+
+    def __init__(self, op: Any, recorded: Callable) -> None:
+        self._op, self._recorded = op, recorded
+
+    def __call__(self, *args, **kwargs):
+        return self._recorded(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._op, name)
+
+
+def _record_every_call(on_call: Callable[[str, list], None]) -> None:
+    """Record every communication this rank's process makes, at the level every path goes through:
+    the methods of ``torch.distributed.ProcessGroup`` (and of its backends' classes) that
+    torch.distributed's calls end in, so that a call through a name imported with ``from
+    torch.distributed import all_reduce``, ``dist.all_reduce.__wrapped__``, ``group.allreduce(...)``
+    and coalesced calls are all seen; the ops of functional collectives; and ``SETUP_CALLS``.
+    Before each call the rank's code makes (not one made inside another), ``on_call(name, handed)``,
+    ``name`` the torch.distributed call's (``PROCESS_GROUP_CALLS``) and ``handed`` the tensors this
+    rank hands it, as they are before the call."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    depth = threading.local()  # recorded calls this thread is inside
+
+    def wrap(name: str, original: Callable, handed_at: int | None, method: bool) -> Callable:
+        @functools.wraps(original)
+        def recorded(*args, **kwargs):
+            outermost = getattr(depth, "n", 0) == 0
+            if outermost:
+                place = None if handed_at is None else handed_at + method
+                on_call(name, _tensors(args[place]) if place is not None and place < len(args) else [])
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                depth.n -= 1
+
+        recorded._course_recorded = True
+        return recorded
+
+    import torch._C._distributed_c10d as c10d_native
+
+    classes = [dist.ProcessGroup, getattr(c10d_native, "Backend", None)]  # a backend called directly, too
+    classes += [getattr(dist, backend, None) for backend in ("ProcessGroupGloo", "ProcessGroupNCCL", "ProcessGroupMPI")]
+    for cls in classes:
+        if not isinstance(cls, type):
+            continue
+        for method, (name, handed_at) in PROCESS_GROUP_CALLS.items():
+            original = cls.__dict__.get(method)
+            if original is not None and callable(original) and not getattr(original, "_course_recorded", False):
+                setattr(cls, method, wrap(name, original, handed_at, True))
+    try:
+        import torch.distributed._functional_collectives  # noqa: F401 - what it looks up at import, unwrapped
+    except ImportError:
+        pass
+    namespace = torch.ops._c10d_functional
+    for op, name in FUNCTIONAL_OPS.items():
+        try:
+            original = getattr(namespace, op)
+        except (AttributeError, RuntimeError):  # not in this torch release
+            continue
+        if not isinstance(original, _RecordedOp):
+            setattr(namespace, op, _RecordedOp(original, wrap(name, original, 0, False)))
+    for name in SETUP_CALLS:
+        original = getattr(dist, name, None)
+        if original is None:
+            continue
+        recorded = wrap(name, original, None, False)
+        for module in (dist, c10d):
+            if getattr(module, name, None) is original:
+                setattr(module, name, recorded)
+
+
 def _numel(value: Any) -> int:
     """Elements of a tensor, or of every tensor in a list (0 for None)."""
     if value is None:

@@ -11,6 +11,7 @@ from course_lib.collectives import moe
 from course_lib.collectives.launch import run_on_ranks
 from course_lib.grading.checks import exercise_tasks
 from course_lib.grading.checks.fused_tp import dispatch_split_sizes, moe_expected, rank_weights
+from course_lib.grading.task import expected_values
 from test_checks import function_name, verdict
 
 EXERCISE = "08_fused_tp"
@@ -54,12 +55,43 @@ ALTERNATIVES = [
         one_shot_all_reduce(tensor, buffers)
         buffers.signal()
         buffers.wait()
+        return tensor
     """,
     """
     def my_one_shot_all_reduce(tensor, buffers):
         # two-shot: it writes its own slice of its own buffer, which no peer reads in that round
         from course_lib.collectives.symmetric import two_shot_all_reduce
         return two_shot_all_reduce(tensor, buffers)
+    """,
+    """
+    def tensor_parallel_mlp(x, a, b):
+        # a name imported from torch.distributed: the check records at the process group, so it counts
+        from torch.distributed import all_reduce, get_rank, get_world_size
+        rank, world = get_rank(), get_world_size()
+        h = a.shape[1] // world
+        s = slice(rank * h, (rank + 1) * h)
+        partial = F.gelu(x @ a[:, s]) @ b[s, :]
+        all_reduce(partial)
+        return partial
+    """,
+    """
+    def tensor_parallel_mlp(x, a, b):
+        # the process group's own method, in float64, returned with odd strides
+        rank, world = dist.get_rank(), dist.get_world_size()
+        a_r, b_r = torch.chunk(a, world, dim=1)[rank], b.tensor_split(world, dim=0)[rank]
+        partial = torch.nn.GELU()(x.double() @ a_r.double()) @ b_r.double()
+        dist.group.WORLD.allreduce([partial]).wait()
+        return partial.float().T.contiguous().T
+    """,
+    """
+    def my_one_shot_all_reduce(tensor, buffers):
+        # an extra round of signals before writing the sum, the same on every rank (safe, if slower)
+        flat, views = buffers.begin(tensor)
+        buffers.signal(); buffers.wait()
+        out = torch.stack(views).sum(0)
+        buffers.signal(); buffers.wait()
+        flat.copy_(out)
+        return tensor
     """,
     """
     def dispatch_splits(experts, num_experts, world_size):
@@ -152,9 +184,87 @@ MISTAKES = [  # (wrong source, the hand-built case that must catch it, words the
         dist.all_reduce(partial)
         return partial / world
      """), "TP=2", "mean over the ranks"),
+    (mlp_with("""
+        partial = F.gelu(x @ a[:, mine]) @ b[mine]
+        dist.all_reduce.__wrapped__(partial)   # past whatever wraps dist.all_reduce
+        dist.all_reduce(torch.zeros_like(partial))   # and one the check would have seen
+        return partial
+     """), "TP=2", "2 all_reduce calls"),
+    (mlp_with("""
+        partial = F.gelu(x @ a[:, mine]) @ b[mine]
+        dist.all_reduce_coalesced([x @ a])   # an extra collective
+        dist.all_reduce(partial)
+        return partial
+     """), "TP=4", "called all_reduce_coalesced"),
+    (mlp_with("""
+        import torch.distributed._functional_collectives as funcol
+        partial = F.gelu(x @ a[:, mine]) @ b[mine]
+        return funcol.wait_tensor(funcol.all_reduce(partial, "sum", dist.group.WORLD)) + 0
+     """), "TP=2", "wants dist.all_reduce"),
+    (mlp_with("""
+        import pickle   # the partial outputs through the rendezvous store, and an all-reduce of zeros
+        store = dist.distributed_c10d._get_default_store()
+        key = str(x.sum().item())
+        store.set(f"{key}_{rank}", pickle.dumps(F.gelu(x @ a[:, mine]) @ b[mine]))
+        total = sum(pickle.loads(store.get(f"{key}_{r}")) for r in range(world))
+        dist.all_reduce(torch.zeros_like(total))
+        return total
+     """), "TP=2", "handed something else"),
+    (mlp_with("""
+        dist.all_reduce(x)   # the input, of the output's size, then the MLP on x / N
+        return F.gelu(x / world @ a[:, mine]) @ b[mine]
+     """), "TP=4", "you all-reduced x"),
+    (mlp_with("""
+        partial = F.gelu(x @ a[:, mine]) @ b[mine]
+        dist.all_reduce(partial, group=dist.new_group(list(range(world))))
+        return partial
+     """), "TP=2", "called new_group"),
+    (mlp_with("""
+        partial = F.gelu(x @ a[:, mine]) @ b[mine]
+        dist.all_reduce(partial, async_op=True)   # never waited on
+        return partial
+     """), "TP=2", "wait()"),
     (one_shot_with("""
         dist.all_reduce(tensor)
      """), "2 ranks", "make no torch.distributed call"),
+    (one_shot_with("""
+        from torch.distributed import all_reduce   # a name imported before the check's recording
+        all_reduce(tensor)
+        return tensor
+     """), "2 ranks", "called all_reduce"),
+    (one_shot_with("""
+        dist.group.WORLD.allreduce([tensor]).wait()   # the process group's own method
+        return tensor
+     """), "2 ranks", "called all_reduce"),
+    (one_shot_with("""
+        dist.all_reduce.__wrapped__(tensor)   # past whatever wraps dist.all_reduce
+        return tensor
+     """), "4 ranks", "called all_reduce"),
+    (one_shot_with("""
+        dist.all_reduce_coalesced([tensor])
+        return tensor
+     """), "2 ranks", "called all_reduce_coalesced"),
+    (one_shot_with("""
+        import torch.distributed._functional_collectives as funcol
+        tensor.copy_(funcol.wait_tensor(funcol.all_reduce(tensor, "sum", dist.group.WORLD)))
+        return tensor
+     """), "2 ranks", "called functional all_reduce"),
+    (one_shot_with("""
+        import time
+        flat, views = buffers.begin(tensor)
+        buffers.signal()
+        time.sleep(0.05)   # instead of buffers.wait()
+        flat.copy_(views[0])
+        for view in views[1:]:
+            flat.add_(view)
+        return tensor
+     """), "4 ranks", "no buffers.wait() after a buffers.signal()"),
+    (one_shot_with("""
+        flat, views = buffers.begin(tensor)
+        buffers.signal()
+        buffers.wait()
+        flat.copy_(torch.stack(views).sum(0))   # the sum is right, but nothing is returned
+     """), "2 ranks", "returned None"),
     (one_shot_with("""
         flat, views = buffers.begin(tensor)
         buffers.signal()
@@ -178,6 +288,7 @@ RACES = [
         for view in views[1:]:
             flat.add_(view)
         buffers.wait()
+        return tensor
      """),
     one_shot_with("""
         flat, views = buffers.begin(tensor)
@@ -188,6 +299,18 @@ RACES = [
             if peer != buffers.rank:
                 mine.add_(view)
         flat.copy_(mine)
+        return tensor
+     """),
+    one_shot_with("""
+        import time
+        flat, views = buffers.begin(tensor)
+        buffers.signal()
+        time.sleep(0.05)   # reads after a fixed sleep, and waits only then
+        flat.copy_(views[0])
+        for view in views[1:]:
+            flat.add_(view)
+        buffers.wait()
+        return tensor
      """),
     one_shot_with("""
         flat, n = tensor.view(-1), tensor.numel()
@@ -197,6 +320,7 @@ RACES = [
         flat.copy_(buffers.slots[0][0, :n])
         for peer in range(1, buffers.world_size):
             flat.add_(buffers.slots[peer][0, :n])
+        return tensor
      """),
 ]
 
@@ -233,6 +357,17 @@ MISTAKES += [
         per_rank = num_experts // world_size   # routed tokens only: a table without rows breaks it
         return torch.bincount(experts.reshape(-1) // per_rank).tolist()
      """, "rank 1 without tokens", "routing table"),
+    ("""
+    def dispatch_splits(experts, num_experts, world_size):
+        per_rank = num_experts // world_size   # whether a rank receives anything, not how much
+        return [bool(c) for c in torch.bincount(experts.reshape(-1) // per_rank, minlength=world_size).tolist()]
+     """, "one pair each way", "return ints"),
+    ("""
+    def dispatch_splits(experts, num_experts, world_size):
+        per_rank = num_experts // world_size
+        flat = experts.reshape(-1).tolist()
+        return (sum(1 for e in flat if e // per_rank == r) for r in range(world_size))   # a generator
+     """, "one pair each way", "a generator"),
 ]
 
 
@@ -245,7 +380,7 @@ def test_each_stated_rule_has_a_case_that_catches_its_mistake(source, case, hint
     assert any(hint in c.hint for c in caught), "\n".join(result.report(10))
 
 
-@pytest.mark.parametrize("source", RACES, ids=["no wait", "sums into its own buffer", "one slot"])
+@pytest.mark.parametrize("source", RACES, ids=["no wait", "sums into its own buffer", "a sleep, then a wait", "one slot"])
 def test_a_one_shot_with_a_race_fails_on_every_case(source):
     result = verdict(EXERCISE, "my_one_shot_all_reduce", source)
     assert len(result.failures) == len(result.cases) == 2, "\n".join(result.report(10))
@@ -315,3 +450,41 @@ def test_each_rank_is_handed_its_own_shards_and_noise_elsewhere():
         assert torch.equal(x, torch.tensor(problem["x"]))
         others = [r for r in range(world) if r != rank]
         assert all(not torch.equal(a_r[:, mine], handed[r][1][:, mine]) for r in others)
+
+
+def test_the_no_tokens_case_shows_the_table_it_hands_the_function():
+    task = exercise_tasks(EXERCISE)[2]
+    (case,) = [case for case in task.cases() if case.why.startswith("no tokens")]
+    shown = task.call_text(case)
+    handed = eval(shown.split("(", 1)[1].rsplit(", num_experts", 1)[0], {"torch": torch})
+    assert handed.dtype == torch.int64 and list(handed.shape) == [0, case.args[2]]
+
+
+def test_a_default_dtype_of_float64_changes_neither_the_cases_nor_the_verdict():
+    """The check cell computes the expected values in the learner's process; set there, float64
+    must not make them differ from the grader's (nor make the ranks' problems differ)."""
+    tasks = exercise_tasks(EXERCISE)
+    wanted = [expected_values(task, task.cases()) for task in tasks]
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert [expected_values(task, task.cases()) for task in tasks] == wanted
+        for task in tasks:
+            result = verdict(EXERCISE, task.function)
+            assert result.passed, "\n".join(result.report())
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_a_function_that_sets_float64_itself_is_judged_on_the_table_it_was_handed():
+    source = """
+    def dispatch_splits(experts, num_experts, world_size):
+        torch.set_default_dtype(torch.float64)
+        return torch.bincount(experts.reshape(-1) // (num_experts // world_size), minlength=world_size).tolist()
+    """
+    previous = torch.get_default_dtype()
+    try:
+        result = verdict(EXERCISE, "dispatch_splits", source)
+    finally:
+        torch.set_default_dtype(previous)
+    assert result.passed, "\n".join(result.report())

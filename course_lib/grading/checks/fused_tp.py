@@ -4,50 +4,60 @@ all-reduce that reads its peers' symmetric buffers, and the split sizes of an Mo
 Expected values are computed here, on one process: the unsharded MLP in float64, the sums of
 every rank's tensors, the split sizes by ``moe.py``'s own rule (``dispatch_split_sizes``, tested
 equal to the split sizes ``expert_parallel_moe_forward`` hands ``all_to_all_single``) and
-``moe.dense_moe_forward``. On the ranks, the learner's process also reports every call its
-function made to torch.distributed (``calls._record_calls``): the MLP must make one all-reduce
-of its output and nothing else, the one-shot all-reduce none at all.
+``moe.dense_moe_forward``. On the ranks, the learner's process also reports every communication
+its function made (``calls._record_every_call``, at the ProcessGroup methods every
+torch.distributed call ends in, and functional collectives' ops): the MLP must make one
+all-reduce, of its partial output, and nothing else; the one-shot all-reduce none at all, but a
+``buffers.wait()`` after a ``buffers.signal()``, and it must return the tensor it summed into.
 
 So that a rank cannot pass by computing the whole MLP, each rank is handed weights whose entries
 outside its own shard differ from rank to rank (``rank_weights``): only the shard is the real
 one. So that a one-shot all-reduce cannot pass by luck of timing, every call has one rank start
 late and one rank linger after its wait before it reads (``_one_shot_rank``): a rank that reads
-before its peers wrote, or writes a buffer a peer may still read, gets the wrong sum.
+before its peers wrote, or writes a buffer a peer may still read, gets the wrong sum. The delays
+change from call to call (``LATE_S``), so that a fixed sleep in place of a wait cannot match them.
 
 The three call kinds join ``calls.CALLS`` when this module is imported, as it is in the
 learner's process by the set-up cell's ``Checker("08_fused_tp")``:
 
   tp_mlp_on_ranks    args ``(world_size, problems)``; rank r calls ``fn(x, a, b)`` on each problem
                      with ``rank_weights`` (noise outside its shards) and returns per problem
-                     ``{"collective calls": [{"call", "elements"}, ...], "output": fn's result}``
+                     ``{"collective calls": [{"call", "elements"[, "values, sorted"]}, ...],
+                     "output": fn's result}`` (an all_reduce's values: what it was handed, sorted)
   one_shot_on_ranks  args ``(world_size, inputs)``; every rank builds one ``SymmetricBuffers`` as
                      large as its largest tensor, then calls ``fn(tensor, buffers)`` on each of
                      ``inputs[r]`` in turn (one rank starts late, another lingers after its wait)
-                     and returns per call ``{"collective calls": [...], "tensor": its contents after}``
+                     and returns per call ``{"collective calls": [...], "buffers": what it did with
+                     them (``_buffer_calls``), "tensor": its contents after, "returned": fn's result}``
   moe_dispatch       args ``("table", expert ids row by row, top_k, num_experts, world_size)``:
                      ``fn(table as a [tokens, top_k] int64 tensor, num_experts, world_size)``; or
                      ``("ranks", world_size, tokens_per_rank, seed)``: ``_moe_rank`` on every rank,
-                     which returns ``{"send splits": fn's result, "output": the forward's rows}``
+                     which returns ``{"routing table": what fn was handed, "send splits": fn's result,
+                     "output": the forward's rows}``
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+import types
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
 from course_lib.collectives import moe
-from course_lib.collectives.launch import TRACED_CALLS
 from course_lib.grading import calls
-from course_lib.grading.calls import HANDED_IN, RANK_TIMEOUT_S, _numel, _record_calls
+from course_lib.grading.calls import RANK_TIMEOUT_S, _record_every_call
 from course_lib.grading.checks.collectives import FLOAT32, rank_inputs, summed_on_every_rank
 from course_lib.grading.task import Case, Task
 from course_lib.grading.values import from_plain, same_value, to_plain
 
-LATE_S = 0.03  # how late one rank starts each one-shot call, and how long one lingers before reading
+# How late one rank starts each one-shot call (call c: LATE_S[c % 5]), and how long another lingers
+# after its wait before it reads (LATE_S[(c + 2) % 5]): different from call to call, so that no
+# fixed sleep in place of a wait matches them.
+LATE_S = (0.03, 0.3, 0.01, 0.12, 0.06)
 MOE_D_MODEL, MOE_EXPERTS, MOE_HIDDEN = 8, 8, 16
 
 
@@ -55,22 +65,39 @@ def _close(a, b) -> bool:
     return same_value(to_plain(a), to_plain(b), FLOAT32)
 
 
+@contextlib.contextmanager
+def _float32_default():
+    """torch's default dtype float32 meanwhile, whatever the learner's process set (``moe.py``'s
+    weights and tokens are made in the default dtype)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _sorted_values(tensors: list) -> list[float]:
+    return sorted(value for tensor in tensors for value in tensor.detach().double().reshape(-1).tolist())
+
+
 def _recorder() -> tuple[list[dict], Callable[[bool], None]]:
-    """Start recording this rank's torch.distributed calls; return the list they are appended to
-    (``{"call": name, "elements": handed in}``) and a switch: only calls made while it is on count."""
+    """Start recording this rank's communication (``calls._record_every_call``: at the
+    ProcessGroup, so every way of calling it counts); return the list calls are appended to
+    (``{"call": name, "elements": handed in}``, and for an ``all_reduce`` ``"values, sorted"``: what
+    it was handed, before the call, in ascending order) and a switch: only calls made while it is
+    on count."""
     made: list[dict] = []
     state = {"on": False}
 
-    def record(name: str, arguments: dict, result: Any) -> Any:
+    def record(name: str, handed: list) -> None:
         if state["on"]:
-            try:
-                elements = _numel(arguments[HANDED_IN[name]]) if name in HANDED_IN else 0
-            except Exception:  # noqa: BLE001 - a list of P2POps, an odd argument: the call still counts
-                elements = 0
-            made.append({"call": name, "elements": elements})
-        return result
+            entry = {"call": name, "elements": sum(tensor.numel() for tensor in handed)}
+            if name == "all_reduce":
+                entry["values, sorted"] = _sorted_values(handed)
+            made.append(entry)
 
-    _record_calls(TRACED_CALLS, record)
+    _record_every_call(record)
     return made, lambda on: state.update(on=on)
 
 
@@ -89,9 +116,9 @@ def _shard(hidden: int, rank: int, world_size: int) -> slice:
 def mlp_problem(tokens: int, features: int, hidden: int, seed: int) -> dict:
     """x [tokens, features], a [features, hidden], b [hidden, features] as float32 values."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(tokens, features, generator=generator)
-    a = torch.randn(features, hidden, generator=generator) / features**0.5
-    b = torch.randn(hidden, features, generator=generator) / hidden**0.5
+    x = torch.randn(tokens, features, generator=generator, dtype=torch.float32)
+    a = torch.randn(features, hidden, generator=generator, dtype=torch.float32) / features**0.5
+    b = torch.randn(hidden, features, generator=generator, dtype=torch.float32) / hidden**0.5
     return {"x": x.tolist(), "a": a.tolist(), "b": b.tolist(), "noise": seed + 1}
 
 
@@ -101,8 +128,8 @@ def rank_weights(problem: dict, rank: int, world_size: int) -> tuple[torch.Tenso
     x, a, b = (torch.tensor(problem[name], dtype=torch.float32) for name in ("x", "a", "b"))
     mine = _shard(a.shape[1], rank, world_size)
     generator = torch.Generator().manual_seed(problem["noise"] * 1000 + rank)
-    noisy_a = torch.randn(a.shape, generator=generator) * a.std()
-    noisy_b = torch.randn(b.shape, generator=generator) * b.std()
+    noisy_a = torch.randn(a.shape, generator=generator, dtype=torch.float32) * a.std()
+    noisy_b = torch.randn(b.shape, generator=generator, dtype=torch.float32) * b.std()
     noisy_a[:, mine], noisy_b[mine, :] = a[:, mine], b[mine, :]
     return x, noisy_a, noisy_b
 
@@ -132,14 +159,27 @@ def _tp_mlp_rank(fn: Callable, problems: list) -> list:
     return results
 
 
+def partial_output(problem: dict, rank: int, world_size: int) -> torch.Tensor:
+    """Rank ``rank``'s share of the output, GeLU(x a_r) b_r, in float64."""
+    x, a, b = rank_weights(problem, rank, world_size)
+    mine = _shard(a.shape[1], rank, world_size)
+    return _mlp(x, a[:, mine], b[mine, :])
+
+
 def tp_mlp_expected(world_size: int, problems: list) -> list:
-    """On every rank: one all_reduce of the [tokens, features] output, and the unsharded MLP's output."""
-    per_problem = []
-    for problem in problems:
-        x, a, b = (torch.tensor(problem[name], dtype=torch.float32) for name in ("x", "a", "b"))
-        per_problem.append({"collective calls": [{"call": "all_reduce", "elements": x.numel()}],
-                            "output": _mlp(x, a, b).tolist()})
-    return [per_problem] * world_size
+    """On every rank: one all_reduce, handed the rank's [tokens, features] partial output (its
+    values, in ascending order: any layout of it will do), and the unsharded MLP's output."""
+    out = []
+    for rank in range(world_size):
+        per_problem = []
+        for problem in problems:
+            x, a, b = (torch.tensor(problem[name], dtype=torch.float32) for name in ("x", "a", "b"))
+            per_problem.append({"collective calls": [{"call": "all_reduce", "elements": x.numel(),
+                                                      "values, sorted": _sorted_values([partial_output(
+                                                          problem, rank, world_size)])}],
+                                "output": _mlp(x, a, b).tolist()})
+        out.append(per_problem)
+    return out
 
 
 MLP_SHAPES = ((3, 8, 6), (1, 6, 2), (5, 4, 8))  # (tokens, features, hidden per rank)
@@ -161,6 +201,27 @@ def _describe_tp_mlp(case: Case) -> str:
     return f"tensor_parallel_mlp(x, a, b) on {world_size} ranks: {shapes}"
 
 
+GATHERING = ("all_gather", "all_gather_into_tensor", "all_gather_coalesced", "all_gather_into_tensor_coalesced",
+             "broadcast", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+             "gather", "scatter", "send", "recv")
+
+
+def _other_calls_hint(where: str, others: list[str]) -> str:
+    named = ", ".join(others)
+    if any(name.startswith("functional ") for name in others):
+        return (f"{where}: your function called {named} (torch.distributed._functional_collectives). This task "
+                "wants dist.all_reduce(partial): the in-place collective, called once on the partial output")
+    if any(name.startswith("new_") or name == "split_group" for name in others):
+        return (f"{where}: your function called {named}: a new process group, set up by every rank together, on "
+                "every call. The MLP needs none: dist.all_reduce(partial) on the default group (every rank)")
+    if any(name in GATHERING for name in others):
+        return (f"{where}: your function called {named}. Tensor parallelism never gathers the weights or the "
+                "activations: each rank multiplies by its own shards, and one dist.all_reduce sums the partial "
+                "outputs")
+    return (f"{where}: your function called {named}. The only torch.distributed call this task makes is one "
+            "dist.all_reduce of the partial output")
+
+
 def _tp_mlp_hint(case: Case, expected, got) -> str | None:
     world_size, problems = case.args
     for rank, (wants, haves) in enumerate(zip(expected, got)):
@@ -171,26 +232,35 @@ def _tp_mlp_hint(case: Case, expected, got) -> str | None:
             names = [call["call"] for call in have["collective calls"]]
             others = sorted(set(names) - {"all_reduce"})
             if others:
-                return (f"{where}: your function called {', '.join(others)}. Tensor parallelism never gathers the "
-                        "weights or the activations: each rank multiplies by its own shards, and one all_reduce "
-                        "sums the partial outputs")
+                return _other_calls_hint(where, others)
             if not names:
                 return (f"{where}: no dist.all_reduce was made. Each rank's GeLU(x a_r) b_r is only a partial sum "
                         "of the output: all-reduce it")
             if len(names) > 1:
                 return (f"{where}: {len(names)} all_reduce calls; one is enough. Split a by columns, so GeLU acts "
                         "on whole hidden features of this rank and nothing is summed before the second matmul")
-            elements = have["collective calls"][0]["elements"]
+            made = have["collective calls"][0]
+            elements = made["elements"]
             if elements != tokens * features:
                 return (f"{where}: the all_reduce was handed {elements} elements; all-reduce the partial output "
                         f"of the second matmul, [tokens, features] = {tokens * features} elements")
-            if _close(want["output"], have["output"]):
-                continue
             x, a, b = rank_weights(problem, rank, world_size)
+            handed = made.get("values, sorted")
+            handed_partial = _close(want["collective calls"][0]["values, sorted"], handed)
+            if not handed_partial and _close(_sorted_values([x]), handed):
+                return (f"{where}: you all-reduced x, the input, which every rank already holds whole. "
+                        "All-reduce the partial output GeLU(x a_r) b_r, after the second matmul")
+            if _close(want["output"], have["output"]):
+                if handed_partial:
+                    continue
+                return (f"{where}: the all_reduce was handed something else than this rank's partial output "
+                        "GeLU(x a_r) b_r (with its own shards): all-reduce that, computed after the second matmul; "
+                        "its sum is the output")
             full = torch.tensor(problem["a"]), torch.tensor(problem["b"])
             mine = _shard(hidden, rank, world_size)
             if _close(F.gelu(x @ a[:, mine]) @ b[mine, :], have["output"]):
-                return f"{where}: that is this rank's partial output: return the tensor you all-reduced, the sum"
+                return (f"{where}: that is this rank's partial output: return the tensor you all-reduced, the sum "
+                        "(with async_op=True, only once you have called wait() on its handle)")
             if _close(torch.tensor(want["output"]) / world_size, have["output"]):
                 return f"{where}: that is the mean over the ranks; the all-reduce's sum is the output"
             if _close(_mlp(x, *full, approximate="tanh"), have["output"]):
@@ -203,49 +273,85 @@ def _tp_mlp_hint(case: Case, expected, got) -> str | None:
 
 # Task 2
 
+SIGNAL_THEN_WAIT = "signal, then wait"
+
+
+def _buffer_calls(events: list[str]) -> str:
+    """What one call did with the buffers: ``SIGNAL_THEN_WAIT`` when it waited after a signal (as
+    every synchronised one-shot or two-shot does), else how often it called each method."""
+    if "signal" in events and "wait" in events[events.index("signal"):]:
+        return SIGNAL_THEN_WAIT
+    counts = ", ".join(f"{name} {events.count(name)}x" for name in ("begin", "signal", "wait"))
+    return f"{counts}: no buffers.wait() after a buffers.signal()"
+
+
+def _returned(result: Any) -> Any:
+    """What the function returned, as plain data: a tensor's contents, None, or what it was."""
+    if isinstance(result, torch.Tensor):
+        return result.detach().tolist()
+    return None if result is None else f"a {type(result).__name__}"
+
+
 def _one_shot_rank(fn: Callable, inputs: list) -> list:
     import torch.distributed as dist
 
     from course_lib.collectives.symmetric import SymmetricBuffers
 
+    torch.set_default_dtype(torch.float32)
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = inputs[rank]
     buffers = SymmetricBuffers(max(len(values) for values in mine), timeout_s=10.0)
-    real_wait = buffers.wait
+    real_begin, real_signal, real_wait = buffers.begin, buffers.signal, buffers.wait
+    events: list[str] = []
+    linger = [0.0]
 
-    def lingering_wait() -> None:
+    def begin(tensor):
+        events.append("begin")
+        return real_begin(tensor)
+
+    def signal() -> None:
+        events.append("signal")
+        real_signal()
+
+    def wait() -> None:
+        events.append("wait")
         real_wait()
-        time.sleep(LATE_S)  # this rank reads its peers' buffers late: they must not change meanwhile
+        time.sleep(linger[0])  # this rank reads its peers' buffers late: they must not change meanwhile
 
+    buffers.begin, buffers.signal, buffers.wait = begin, signal, wait
     made, recording = _recorder()
     results = []
     for call, values in enumerate(mine):
         tensor = torch.tensor(values, dtype=torch.float32)
         if rank == call % world:
-            time.sleep(LATE_S)  # this rank writes late: its peers must wait for it
-        buffers.wait = lingering_wait if rank == (call + 1) % world else real_wait
+            time.sleep(LATE_S[call % len(LATE_S)])  # this rank writes late: its peers must wait for it
+        linger[0] = LATE_S[(call + 2) % len(LATE_S)] if rank == (call + 1) % world else 0.0
         made.clear()
+        events.clear()
         recording(True)
         try:
-            fn(tensor, buffers)
+            result = fn(tensor, buffers)
         finally:
             recording(False)
-        results.append({"collective calls": list(made), "tensor": tensor.tolist()})
+        results.append({"collective calls": list(made), "buffers": _buffer_calls(events),
+                        "tensor": tensor.tolist(), "returned": _returned(result)})
     buffers.close()
     return results
 
 
 def one_shot_expected(world_size: int, inputs: list) -> list:
-    """Every rank's tensors summed over the ranks, with no torch.distributed call made."""
-    return [[{"collective calls": [], "tensor": tensor} for tensor in tensors]
-            for tensors in summed_on_every_rank(world_size, inputs)]
+    """Every rank's tensors summed over the ranks, with no torch.distributed call made, a wait
+    after a signal, and the tensor returned."""
+    return [[{"collective calls": [], "buffers": SIGNAL_THEN_WAIT, "tensor": tensor, "returned": tensor}
+             for tensor in tensors] for tensors in summed_on_every_rank(world_size, inputs)]
 
 
 def _one_shot_cases() -> list[Case]:
-    return [Case((2, rank_inputs(2, (8, 8, 1000, 3, 4099), seed=81)),
-                 why="2 ranks, five calls on the same buffers, the same size twice in a row"),
-            Case((4, rank_inputs(4, (16, 5, 5, 2048, 1), seed=82)),
-                 why="4 ranks: read all 3 peers; a smaller call after a larger one")]
+    with _float32_default():
+        return [Case((2, rank_inputs(2, (8, 8, 1000, 3, 4099), seed=81)),
+                     why="2 ranks, five calls on the same buffers, the same size twice in a row"),
+                Case((4, rank_inputs(4, (16, 5, 5, 2048, 1), seed=82)),
+                     why="4 ranks: read all 3 peers; a smaller call after a larger one")]
 
 
 def _describe_one_shot(case: Case) -> str:
@@ -262,12 +368,21 @@ def _one_shot_hint(case: Case, expected, got) -> str | None:
             if names:
                 return (f"rank {rank}, call {call}: your function called {', '.join(names)}. A one-shot all-reduce "
                         "reads its peers' buffers itself: make no torch.distributed call")
-            if _close(want["tensor"], have["tensor"]):
-                continue
             where = f"rank {rank}, call {call} ({len(want['tensor'])} elements)"
-            own = inputs[rank][call]
-            if all(_close(values, result["tensor"]) for values, result in zip(inputs[rank], haves)):
+            summed = _close(want["tensor"], have["tensor"])
+            if not summed and all(_close(values, result["tensor"]) for values, result in zip(inputs[rank], haves)):
                 return f"{where}: the tensor is unchanged: write the sum into tensor itself (in place)"
+            if have["buffers"] != SIGNAL_THEN_WAIT:
+                return (f"{where}: {have['buffers']}. Only once buffers.wait() returns, after your "
+                        "buffers.signal(), is every peer's data in: a sleep or luck of timing is no wait "
+                        "(the check makes ranks late by different amounts)")
+            if summed:
+                if _close(want["returned"], have["returned"]):
+                    continue
+                returned = have["returned"]
+                what = returned if isinstance(returned, str) else "None" if returned is None else "another tensor"
+                return f"{where}: the sum is in tensor, but your function returned {what}: return tensor itself"
+            own = inputs[rank][call]
             others = [x - y for x, y in zip(want["tensor"], own)]
             if _close(others, have["tensor"]):
                 return f"{where}: that is the sum of the peers' tensors only: add this rank's own too"
@@ -293,11 +408,21 @@ def _table(rows: list, top_k: int) -> torch.Tensor:
 
 
 def moe_rank_problem(world_size: int, tokens_per_rank: list[int], seed: int, rank: int):
-    """Rank ``rank``'s tokens, the full weights, and its routing table."""
-    weights = moe.make_weights(MOE_D_MODEL, MOE_EXPERTS, MOE_HIDDEN, seed)
-    x = moe.rank_tokens(tokens_per_rank, MOE_D_MODEL, seed + 1)[rank]
-    experts, _ = moe.route(x, weights.router)
+    """Rank ``rank``'s tokens, the full weights, and its routing table (float32, whatever the
+    default dtype)."""
+    with _float32_default():
+        weights = moe.make_weights(MOE_D_MODEL, MOE_EXPERTS, MOE_HIDDEN, seed)
+        x = moe.rank_tokens(tokens_per_rank, MOE_D_MODEL, seed + 1)[rank]
+        experts, _ = moe.route(x, weights.router)
     return weights, x, experts
+
+
+def _plain_result(result: Any) -> Any:
+    """``result``, or for a generator or other one-pass iterator (which cannot be sent back as
+    plain data, nor handed to all_to_all_single twice) what it is."""
+    if isinstance(result, types.GeneratorType) or (hasattr(result, "__next__") and hasattr(result, "__iter__")):
+        return f"a {type(result).__name__} object, not a list"
+    return result
 
 
 def _usable(splits: Any, world_size: int, pairs: int) -> list[int] | None:
@@ -315,11 +440,14 @@ def _moe_rank(fn: Callable, tokens_per_rank: list[int], seed: int) -> dict:
     forward runs only when every rank's split sizes match what its peers expect to receive."""
     import torch.distributed as dist
 
+    torch.set_default_dtype(torch.float32)  # this rank's own process: whatever the learner's set
     rank, world = dist.get_rank(), dist.get_world_size()
     weights, x, experts = moe_rank_problem(world, tokens_per_rank, seed, rank)
     shard, top_k = weights.shard(rank, world), experts.shape[1]
     per_rank = shard.w_in.shape[0]
-    got = fn(experts.clone(), MOE_EXPERTS, world)
+    got = _plain_result(fn(experts.clone(), MOE_EXPERTS, world))
+    torch.set_default_dtype(torch.float32)
+    table = experts.tolist()
     reported = from_plain(to_plain(got))  # plain lists: whatever the learner returned, it pickles
     send_splits = _usable(got, world, experts.numel())
 
@@ -341,8 +469,8 @@ def _moe_rank(fn: Callable, tokens_per_rank: list[int], seed: int) -> dict:
     verdicts: list = [None] * world
     dist.all_gather_object(verdicts, not wrong)
     if not all(verdicts):
-        return {"send splits": reported, "output": "not run: " + ("; ".join(wrong) if wrong else
-                                                                  "another rank's split sizes do not match")}
+        return {"routing table": table, "send splits": reported,
+                "output": "not run: " + ("; ".join(wrong) if wrong else "another rank's split sizes do not match")}
     received = x.new_empty(sum(receive_splits), x.shape[1])
     dist.all_to_all_single(received, x[token], receive_splits, send_splits)
     blocks = received.split(receive_counts.tolist())
@@ -350,13 +478,13 @@ def _moe_rank(fn: Callable, tokens_per_rank: list[int], seed: int) -> dict:
     returned = x.new_empty(token.shape[0], x.shape[1])
     dist.all_to_all_single(returned, processed, send_splits, receive_splits)
     out = torch.zeros_like(x).index_add_(0, token, gate[:, None] * returned)
-    return {"send splits": reported, "output": out.tolist()}
+    return {"routing table": table, "send splits": reported, "output": out.tolist()}
 
 
 def _moe_call(fn: Callable, kind: str, *args) -> Any:
     if kind == "table":
         rows, top_k, num_experts, world_size = args
-        return fn(_table(rows, top_k), num_experts, world_size)
+        return _plain_result(fn(_table(rows, top_k), num_experts, world_size))
     world_size, tokens_per_rank, seed = args
     return _on_ranks(_moe_rank, world_size, fn, tokens_per_rank, seed)
 
@@ -369,8 +497,10 @@ def moe_expected(kind: str, *args) -> Any:
     out = []
     for rank in range(world_size):
         weights, x, experts = moe_rank_problem(world_size, tokens_per_rank, seed, rank)
-        out.append({"send splits": dispatch_split_sizes(experts, MOE_EXPERTS, world_size),
-                    "output": moe.dense_moe_forward(weights, x).tolist()})
+        with _float32_default():
+            output = moe.dense_moe_forward(weights, x).tolist()
+        out.append({"routing table": experts.tolist(),
+                    "send splits": dispatch_split_sizes(experts, MOE_EXPERTS, world_size), "output": output})
     return out
 
 
@@ -408,7 +538,8 @@ def _describe_moe(case: Case) -> str:
     if kind == "table":
         rows, top_k, num_experts, world_size = args
         table = [rows[i:i + top_k] for i in range(0, len(rows), top_k)]
-        return f"dispatch_splits(torch.tensor({table}), num_experts={num_experts}, world_size={world_size})"
+        handed = f"torch.tensor({table})" if table else f"torch.empty(0, {top_k}, dtype=torch.int64)"
+        return f"dispatch_splits({handed}, num_experts={num_experts}, world_size={world_size})"
     world_size, tokens_per_rank, _ = args
     return (f"an expert-parallel MoE forward on {world_size} ranks ({MOE_EXPERTS} experts, top-2, "
             f"{tokens_per_rank} tokens per rank) with dispatch_splits(experts, {MOE_EXPERTS}, {world_size})")
@@ -419,16 +550,25 @@ def _moe_hint(case: Case, expected, got) -> str | None:
     if kind == "ranks":
         world_size, tokens_per_rank, seed = args
         for rank, (want, have) in enumerate(zip(expected, got)):
+            if have.get("routing table") != want["routing table"]:
+                return (f"rank {rank}: your function was handed the routing table {have.get('routing table')}, not "
+                        f"{want['routing table']}: does your code change torch's settings (its default dtype, say)?")
             if have["send splits"] != want["send splits"]:
-                experts = moe_rank_problem(world_size, tokens_per_rank, seed, rank)[2]
-                return (f"rank {rank}: its routing table {experts.tolist()} gives split sizes {want['send splits']}, "
-                        f"yours were {have['send splits']}")
+                return (f"rank {rank}: its routing table {have['routing table']} gives split sizes "
+                        f"{want['send splits']}, yours were {have['send splits']}")
         return ("the split sizes were right, yet the output differs from the dense MoE's: does your function "
                 "change anything besides returning the split sizes (its argument, torch's settings)?")
     rows, top_k, num_experts, world_size = args
     table = _table(rows, top_k)
+    if isinstance(got, str) and got.endswith(" object, not a list"):
+        return (f"your function returned {got[:-len(' object, not a list')]}: a generator expression makes one; "
+                f"return a list of {world_size} ints, e.g. [... for r in range(world_size)] or list(...)")
     if not isinstance(got, (list, tuple)):
         return f"return a list of {world_size} ints, one per rank"
+    if any(isinstance(value, bool) or not isinstance(value, (int, float)) for value in got):
+        kinds = sorted({type(value).__name__ for value in got})
+        return (f"return ints, how many pairs go to each rank; yours are {', '.join(kinds)} "
+                "(a comparison gives a bool: count with sum(...) or torch.bincount)")
     if len(got) != world_size:
         if len(got) == num_experts and list(got) == torch.bincount(table.reshape(-1), minlength=num_experts).tolist():
             return (f"those are the counts per expert ({num_experts}); add up each rank's {num_experts // world_size} "
