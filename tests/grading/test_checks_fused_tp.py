@@ -219,11 +219,7 @@ MISTAKES = [  # (wrong source, the hand-built case that must catch it, words the
         dist.all_reduce(partial, group=dist.new_group(list(range(world))))
         return partial
      """), "TP=2", "called new_group"),
-    (mlp_with("""
-        partial = F.gelu(x @ a[:, mine]) @ b[mine]
-        dist.all_reduce(partial, async_op=True)   # never waited on
-        return partial
-     """), "TP=2", "wait()"),
+
     (one_shot_with("""
         dist.all_reduce(tensor)
      """), "2 ranks", "make no torch.distributed call"),
