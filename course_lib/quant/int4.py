@@ -78,7 +78,7 @@ def pack_int4(nibbles: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"pack_int4 needs an even last dimension, got shape {tuple(nibbles.shape)}: pad K to even")
     if nibbles.numel() and int(nibbles.max()) > 15:
         raise ValueError(f"pack_int4 codes must be in 0..15, found {int(nibbles.max())}: clamp or mask to 4 bits")
-    return nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
+    return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).contiguous()
 
 
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
@@ -124,7 +124,7 @@ def quantize_int4(weight: torch.Tensor, group_size: int = 128, symmetric: bool =
         scales = torch.where(scales > 0, scales, torch.ones_like(scales))
         zero = torch.round(-lo / scales).clamp_(0, 15)
         codes = (torch.round(w / scales[..., None]) + zero[..., None]).clamp_(0, 15).to(torch.uint8)
-        zeros = zero.to(torch.uint8)
+        zeros = zero.to(torch.uint8).contiguous()
     return Int4Weight(
         packed=pack_int4(codes.reshape(n, k)),
         scales=scales.contiguous(),

@@ -164,3 +164,12 @@ def test_rejects_non_2d_and_integer_weights():
         quantize_int4(torch.randn(128))
     with pytest.raises(ValueError, match="floating"):
         quantize_int4(torch.ones(2, 128, dtype=torch.int32))
+
+
+def test_outputs_contiguous_for_a_transposed_weight():
+    w = torch.randn(128, 16).t()  # a non-contiguous [16, 128] view
+    for symmetric in (True, False):
+        q = quantize_int4(w, group_size=32, symmetric=symmetric)
+        assert q.packed.is_contiguous() and q.scales.is_contiguous()
+        assert q.zeros is None or q.zeros.is_contiguous()
+        assert torch.equal(dequantize_int4(q), dequantize_int4(quantize_int4(w.contiguous(), 32, symmetric)))
