@@ -30,7 +30,8 @@ class Int4Weight:
 
     Invariants: ``packed`` uint8 ``[N, K//2]``; ``scales`` float32 ``[N, K//group_size]``, every
     entry > 0; ``zeros`` uint8 ``[N, K//group_size]`` with values 0..15 when ``symmetric`` is False,
-    else None; ``shape == (N, K)``; all tensors on the same device.
+    else None; ``shape == (N, K)``; all tensors on the same device and contiguous (row-major),
+    whatever the strides of the weight passed in.
     """
 
     packed: torch.Tensor
