@@ -147,6 +147,36 @@ def norm_kernels() -> dict[str, KernelSpec]:
                                          ("stride_pn", "stride_pt", "stride_rt", "stride_ot"))}
 
 
+@dataclass(frozen=True)
+class MatmulShape:
+    """The shapes the W4A16 matmul (int4 weights, 16-bit activations) is specialised for."""
+
+    m: int  # tokens in the batch
+    n: int  # the layer's outputs
+    k: int  # its inputs
+    group_size: int  # weights per scale along K
+    symmetric: bool  # u - 8, or u - a zero point per group
+    dtype: str  # the activations'
+
+    @property
+    def label(self) -> str:
+        zeros = "symmetric" if self.symmetric else "zero points"
+        return f"M {self.m}, N {self.n}, K {self.k}, G {self.group_size}, {zeros}, {self.dtype}"
+
+
+W4A16_SUITE_SHAPE = MatmulShape(16, 4096, 4096, 128, False, "fp16")  # a Llama-3-8B projection, 16 decodes
+
+
+def matmul_kernels() -> dict[str, KernelSpec]:
+    """The kernels specialised for a ``MatmulShape`` (their own check in the suite)."""
+    from course_lib.kernels import w4a16
+
+    return {"w4a16": KernelSpec(w4a16._w4a16_kernel,
+                                lambda s: w4a16.w4a16_constants(s.m, s.group_size, s.symmetric),
+                                {"packed_ptr": "u8", "scales_ptr": "fp32", "zeros_ptr": "u8"},
+                                ("M", "N", "K", "stride_xm", "stride_pn", "stride_sn", "stride_zn", "stride_ym"))}
+
+
 def signature(spec: KernelSpec, constants: dict, dtype: str) -> tuple[dict, dict]:
     """Triton's signature and attributes for a kernel: pointers (``*_ptr``) to ``dtype`` unless
     the spec says otherwise, ``scale`` and ``eps`` floats, constexprs by name, every other
@@ -179,7 +209,7 @@ def compile_kernel(name: str, shape: KernelShape, target: str) -> tuple[Resource
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    spec = (kernels() | norm_kernels())[name]
+    spec = (kernels() | norm_kernels() | matmul_kernels())[name]
     constants = spec.constants(shape) | dict.fromkeys(spec.ones, 1)
     options = {key: constants.pop(key) for key in ("num_warps",) if key in constants}  # launch options
     types, attrs = signature(spec, constants, shape.dtype)

@@ -1,13 +1,14 @@
 """Every Triton kernel compiles for the A100, L4, H100 and B200 targets without a GPU, and none of
 them spills registers; the committed resource table covers every kernel, shape and target."""
 
+import dataclasses
 import json
 from importlib.metadata import version
 
 import pytest
 
 from course_lib.kernels.resources import (MAX_REGISTERS, NORM_SUITE_SHAPE, RESULTS, SHAPES, SUITE_SHAPE, TARGETS,
-                                          measure, norm_kernels, table)
+                                          W4A16_SUITE_SHAPE, matmul_kernels, measure, norm_kernels, table)
 
 
 TRITON = tuple(int(part) for part in version("triton").split(".")[:2])
@@ -57,3 +58,16 @@ def test_the_fused_allreduce_norm_kernel_compiles_for_every_target_without_spill
     assert {(row["kernel"], row["target"]) for row in rows} == {("allreduce_norm", t) for t in TARGETS}
     assert not any(row["spills"] for row in rows), rows
     assert all(0 < row["registers"] <= MAX_REGISTERS for row in rows)
+
+
+def test_the_w4a16_kernel_compiles_for_every_target_without_spilling():
+    """16 fp16 tokens through a 4096 x 4096 int4 projection, groups of 128 with zero points (a
+    Llama-3-8B layer in a decode batch), and the same weight symmetric; tl.dot on tensor cores."""
+    symmetric = dataclasses.replace(W4A16_SUITE_SHAPE, symmetric=True)
+    report = measure((W4A16_SUITE_SHAPE, symmetric), names=list(matmul_kernels()))
+    rows = report["rows"]
+    assert {(row["kernel"], row["shape"], row["target"]) for row in rows} == {
+        ("w4a16", shape.label, t) for shape in (W4A16_SUITE_SHAPE, symmetric) for t in TARGETS}
+    assert not any(row["spills"] for row in rows), rows
+    assert all(0 < row["registers"] <= MAX_REGISTERS for row in rows)
+    assert any("HMMA" in line for line in report["excerpts"]["w4a16"]["sass"]), report["excerpts"]["w4a16"]
