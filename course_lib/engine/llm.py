@@ -13,10 +13,16 @@ With ``tensor_parallel_size=N`` (vLLM's name), the model runs sharded over N ran
 CPUs; NCCL with one GPU per rank when ``device`` is CUDA) under this process's scheduler and KV
 cache manager (``engine/tensor_parallel_runner.py``); ``distributed_timeout_s`` bounds every step.
 ``close()`` (or ``with LLM(...) as llm:``) stops the workers.
+
+With ``quantization`` ("int8", "int4" or "w8a8", ``course_lib/quant``), every linear layer of the
+decoder is replaced by its quantized form before serving (a model object passed in is copied
+first); ``quantization_summary`` says what was replaced and the bytes saved. "int4" is group-wise
+with groups of 128, the last group of a row shorter where the width does not divide by 128.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from dataclasses import replace
@@ -40,6 +46,9 @@ from course_lib.models.loader import load_model
 from course_lib.models.tensor_parallel_llama import check_tensor_parallel_size
 from course_lib.models.tokenizer import ByteTokenizer
 from course_lib.perf.kv import kv_bytes_per_token
+from course_lib.quant.linear import quantize_model_
+
+QUANTIZATION_OPTIONS = {"int4": {"group_size": 128, "pad_k": True}}  # per scheme: quantize_model_'s options
 
 
 def _check_tensor_parallel_devices(model: LlamaForCausalLM, device: str, tensor_parallel_size: int) -> None:
@@ -79,6 +88,7 @@ class LLM:
         speculative_config: dict | SpeculativeConfig | None = None,
         tensor_parallel_size: int = 1,
         distributed_timeout_s: float = 60.0,
+        quantization: str | None = None,
     ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -89,8 +99,15 @@ class LLM:
         # With tensor parallelism the ranks load their shards to their own devices; this process keeps
         # the full model on the CPU (touching CUDA here would stop forked ranks from using it).
         load_device = device if tensor_parallel_size == 1 else "cpu"
+        if quantization is not None and tensor_parallel_size != 1:
+            raise ValueError("This engine quantizes with tensor_parallel_size=1 only; drop quantization or "
+                             "tensor_parallel_size.")
         if isinstance(model, str):
             model, tokenizer = load_model(model, dtype=dtype, device=load_device)
+        elif quantization is not None:
+            model = copy.deepcopy(model)  # the caller's model stays as it was
+        self.quantization_summary = None if quantization is None else quantize_model_(
+            model, quantization, **QUANTIZATION_OPTIONS.get(quantization, {}))
         if tensor_parallel_size != 1:
             check_tensor_parallel_size(model.config, tensor_parallel_size)
             _check_tensor_parallel_devices(model, device, tensor_parallel_size)
