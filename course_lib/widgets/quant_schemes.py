@@ -1,0 +1,184 @@
+"""Module 09: "What fits, and which kernel wins?" Three scheme cards (BF16, W4A16, FP8-W8A8) for a
+model, a GPU, a decode batch and a context length, and a plotly chart of tokens/s against the batch
+with the FP8-over-W4A16 crossover marked.
+
+Every number comes from ``course_lib.perf.quant_cost`` (``scheme_table``, ``min_gpus_for_weights``,
+``crossover_batch``); the widget only lays them out and redraws its cards and chart in place.
+Times are for one GPU's roofs: with n GPUs in tensor parallel both roofs scale by n and the
+crossover batch does not move (``quant_cost``'s docstring).
+"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as w
+import numpy as np
+import plotly.graph_objects as go
+
+from course_lib.perf.hardware import GPU, GPUS, get_gpu
+from course_lib.perf.models import MODELS, ModelSpec, get_model
+from course_lib.perf.quant_cost import (
+    SCHEMES,
+    crossover_batch,
+    min_gpus_for_weights,
+    scheme_available,
+    scheme_table,
+    weight_memory,
+)
+from course_lib.perf.units import GB
+from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.plotly_pane import PlotlyPane
+
+BATCH_STOPS = tuple(2**k for k in range(11))  # the slider: 1, 2, 4, ... 1024
+CHART_BATCHES = tuple(int(b) for b in np.unique(np.round(np.logspace(0, 10, 61, base=2))))  # 1 .. 1024
+CONTEXT_STOPS = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+COLOURS = {"BF16": "#7f7f7f", "W4A16": "#1f77b4", "FP8-W8A8": "#d62728"}
+WINNER_COLOUR = "#1a7f37"
+DEFAULT_MODEL, DEFAULT_GPU = "Llama-3.1-70B", "H100-80GB"
+
+NOTES = {
+    "BF16": ("The accuracy baseline: every weight kept at 16 bits, so it is what the other two are judged "
+             "against. It is also the heaviest: Llama-3.1-70B is about 141 GB in BF16, so it needs at least "
+             "two H100-80GB for its weights before a single byte of KV cache."),
+    "W4A16": ("Weight-only int4: the fewest bytes to read per step. Mixed-input kernels such as Marlin or "
+              "Machete unpack and dequantise each tile in registers and multiply on the bf16 tensor cores, so "
+              "it wins while decode is bandwidth-bound, at small batches."),
+    "FP8-W8A8": ("Weights and activations both in FP8: the matmuls run on FP8 tensor cores at twice BF16's "
+                 "peak, with no dequantise step, so it wins once the batch is large enough for the step to be "
+                 "compute-bound. FP8 tensor cores need Hopper or Ada (Blackwell adds FP4)."),
+}
+
+
+def unsupported_text(scheme: str, gpu: GPU) -> str:
+    """The line a card shows where the GPU cannot run the scheme."""
+    return f"not supported on {gpu.name}: no FP8 tensor cores"
+
+
+def scheme_cards(model: ModelSpec, gpu: GPU, batch: int, context_len: int = 1024) -> dict:
+    """What the cards show, from the cost model: ``{"best", "schemes": {name: {"weight_bytes",
+    "gpus_for_weights", "supported", and where supported "time_s", "tokens_per_s", "bound"}}}``."""
+    (row,) = scheme_table(model, gpu, (batch,), context_len)
+    cards = {}
+    for name in SCHEMES:
+        card = {"weight_bytes": weight_memory(model, name),
+                "gpus_for_weights": min_gpus_for_weights(model, name, gpu),
+                "supported": scheme_available(name, gpu)}
+        cell = row["schemes"][name]
+        if cell is not None:
+            card.update(time_s=cell["time_s"], tokens_per_s=cell["tokens_per_s"], bound=cell["bound"])
+        cards[name] = card
+    return {"best": row["best"], "schemes": cards}
+
+
+def card_html(name: str, card: dict, gpu: GPU, batch: int, winner: bool) -> str:
+    """One scheme's card: its numbers, the winner's border, and the static note."""
+    border = f"3px solid {WINNER_COLOUR}" if winner else "1px solid #bbb"
+    badge = f" <span style='color:{WINNER_COLOUR}'>★ fastest at batch {batch}</span>" if winner else ""
+    gpus = card["gpus_for_weights"]
+    lines = [f"weight memory: <b>{card['weight_bytes'] / GB:.1f} GB</b>",
+             f"GPUs for the weights ({html.escape(gpu.name)}): <b>{gpus}</b>"
+             + (" (before any KV cache)" if gpus > 1 else "")]
+    if card["supported"]:
+        bound = "bandwidth-bound" if card["bound"] == "memory" else "compute-bound"
+        lines += [f"decode step at batch {batch}: <b>{card['time_s'] * 1e3:.2f} ms</b>",
+                  f"throughput: <b>{card['tokens_per_s']:,.0f} tokens/s</b>",
+                  f"<b>{bound}</b> here"]
+    else:
+        lines.append(f"<b style='color:#cf222e'>{html.escape(name)} {unsupported_text(name, gpu)}</b>")
+    body = "<br>".join(lines)
+    return (f"<div class='scheme-card' data-scheme='{name}' data-winner='{str(winner).lower()}' "
+            f"style='border:{border};border-radius:6px;padding:8px;width:300px;min-height:300px'>"
+            f"<h4 style='margin:0 0 6px 0'>{html.escape(name)}{badge}</h4>"
+            f"<div style='color:#444;font-size:90%'>{html.escape(SCHEMES[name].description)}</div>"
+            f"<p>{body}</p><p style='font-size:90%'>{html.escape(NOTES[name])}</p></div>")
+
+
+def crossover_text(model: ModelSpec, gpu: GPU, context_len: int) -> str:
+    """Where FP8-W8A8 overtakes W4A16, in words (``crossover_batch``)."""
+    if not scheme_available("FP8-W8A8", gpu):
+        return (f"<b>No crossover on {html.escape(gpu.name)}</b>: it has no FP8 tensor cores, so W4A16 and BF16 "
+                "are the only choices.")
+    at = crossover_batch(model, gpu, context_len)
+    if at is None:
+        return (f"<b>FP8-W8A8 never overtakes W4A16</b> here (up to batch 65,536): at {context_len:,} tokens of "
+                "context the KV reads keep the step on the memory roof, where W4A16's fewer bytes win.")
+    reach = "" if at <= CHART_BATCHES[-1] else " (beyond this chart's batch 1024)"
+    return (f"<b>FP8-W8A8 overtakes W4A16 from batch {at}</b>{reach}: below it the step is bandwidth-bound "
+            "and W4A16 reads fewer bytes; from there on FP8's tensor cores win.")
+
+
+def scheme_figure(model: ModelSpec, gpu: GPU, context_len: int = 1024, batch: int | None = None) -> go.Figure:
+    """Tokens/s against the decode batch for each scheme the GPU can run (``scheme_table``), a star
+    at ``crossover_batch`` on the FP8 curve when it lies in the chart's range, and a dotted line at
+    the chosen ``batch``."""
+    rows = scheme_table(model, gpu, CHART_BATCHES, context_len)
+    figure = go.Figure()
+    for name in SCHEMES:
+        if rows[0]["schemes"][name] is None:
+            continue
+        figure.add_trace(go.Scatter(
+            x=list(CHART_BATCHES), y=[row["schemes"][name]["tokens_per_s"] for row in rows], mode="lines",
+            name=name, line={"color": COLOURS[name], "width": 2.5},
+            hovertemplate=f"{name}: batch %{{x}}, %{{y:,.0f}} tokens/s<extra></extra>"))
+    values = [c["tokens_per_s"] for row in rows for c in row["schemes"].values() if c]
+    low, high = min(values), max(values)
+    at = crossover_batch(model, gpu, context_len)
+    if at is not None and at <= CHART_BATCHES[-1]:
+        (row,) = scheme_table(model, gpu, (at,), context_len)
+        figure.add_trace(go.Scatter(x=[at, at], y=[low, high], mode="lines", showlegend=False, hoverinfo="skip",
+                                    line={"color": "#d62728", "dash": "dot", "width": 1}))
+        figure.add_trace(go.Scatter(
+            x=[at], y=[row["schemes"]["FP8-W8A8"]["tokens_per_s"]], mode="markers",
+            name=f"FP8 overtakes W4A16: batch {at}",
+            marker={"size": 14, "color": "#d62728", "symbol": "star", "line": {"width": 1}},
+            hovertemplate=f"crossover at batch {at}: %{{y:,.0f}} tokens/s<extra></extra>"))
+    if batch is not None:
+        figure.add_trace(go.Scatter(x=[batch, batch], y=[low, high], mode="lines", name=f"chosen batch {batch}",
+                                    hoverinfo="skip", line={"color": "#444", "dash": "dash", "width": 1}))
+    no_fp8 = "" if scheme_available("FP8-W8A8", gpu) else " (no FP8 on this GPU)"
+    figure.update_xaxes(type="log", title_text="decode batch (sequences, log scale)",
+                        tickvals=list(BATCH_STOPS), ticktext=[str(b) for b in BATCH_STOPS])
+    figure.update_yaxes(type="log", title_text="decode throughput (tokens/s, log scale)")
+    figure.update_layout(title=f"{model.name} on one {gpu.name}, {context_len:,} tokens of context: "
+                               f"tokens/s by weight scheme{no_fp8}",
+                         height=460, legend={"orientation": "h", "y": -0.22}, margin={"t": 80, "b": 120})
+    return figure
+
+
+class QuantSchemes(w.VBox):
+    """Model, GPU, batch and context controls over three scheme cards, a crossover line and a chart.
+    Invariants: ``cards`` (one ``w.HTML`` per scheme), ``verdict`` and ``pane`` are the same widgets
+    after every change (redrawn in place); the winner's card is ``best``'s, from ``scheme_table``."""
+
+    def __init__(self, model: str = DEFAULT_MODEL, gpu: str = DEFAULT_GPU, batch: int = 1,
+                 context_len: int = 1024) -> None:
+        style, layout = {"description_width": "9em"}, w.Layout(width="520px")
+        self.model = w.Dropdown(options=list(MODELS), value=model, description="model", style=style)
+        self.gpu = w.Dropdown(options=list(GPUS), value=gpu, description="GPU", style=style)
+        self.batch = w.SelectionSlider(options=BATCH_STOPS, value=batch, description="decode batch",
+                                       style=style, layout=layout)
+        self.context_len = w.SelectionSlider(options=CONTEXT_STOPS, value=context_len,
+                                             description="context (tokens)", style=style, layout=layout)
+        self.cards = {name: w.HTML() for name in SCHEMES}
+        self.verdict, self.pane = w.HTML(), PlotlyPane()
+        self.best: str | None = None
+        for control in (self.model, self.gpu, self.batch, self.context_len):
+            control.observe(lambda _: self.redraw(), "value")
+        super().__init__([w.HTML("<h3>What fits, and which kernel wins?</h3>"), self.model, self.gpu, self.batch,
+                          self.context_len, w.HBox(list(self.cards.values())), self.verdict, self.pane])
+        self.redraw()
+
+    @one_at_a_time
+    def redraw(self) -> None:
+        model, gpu = get_model(self.model.value), get_gpu(self.gpu.value)
+        batch, context_len = self.batch.value, self.context_len.value
+        shown = scheme_cards(model, gpu, batch, context_len)
+        self.best = shown["best"]
+        for name, card in shown["schemes"].items():
+            self.cards[name].value = card_html(name, card, gpu, batch, name == self.best)
+        beyond = (f" Note: {context_len:,} tokens is beyond {html.escape(model.name)}'s "
+                  f"{model.max_context:,}-token context." if context_len > model.max_context else "")
+        self.verdict.value = (f"<p>{crossover_text(model, gpu, context_len)} Times use one GPU's roofs; with n GPUs "
+                              f"in tensor parallel both roofs scale by n and the crossover stays put.{beyond}</p>")
+        self.pane.show(scheme_figure(model, gpu, context_len, batch))
