@@ -1,0 +1,147 @@
+"""The module 09 accuracy gate: its metrics on a tiny random model and on a model against itself, a
+broken scheme failing (and the exit status), the JSON, and breakdowns that add up."""
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_lib.models.generate import greedy_reference
+from course_lib.models.llama import LlamaConfig, LlamaForCausalLM
+from course_lib.models.train import corpus
+from course_lib.quant import gate
+
+QUICK = dict(windows=3, window=320, continuations=4, code_lines=4)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return gate.held_out()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         intermediate_size=128)
+    return LlamaForCausalLM(config).eval()
+
+
+def zero_decoder_weights(model):
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for module in layer.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.zero_()
+
+
+def test_held_out_is_the_corpus_tail_with_a_section_per_token(data):
+    assert torch.equal(data.tokens, corpus()[1])
+    assert data.sections.shape == data.tokens.shape
+    assert set(data.sections.unique().tolist()) <= set(range(len(gate.SECTIONS)))
+    assert data.topics == sorted(data.topics) and data.topics[-1] == "yield"
+    # the label of a held-out token is the section of the topic it came from
+    assert gate.SECTIONS[int(data.sections[-1])] == gate.section_of("yield") == "statements"
+
+
+def test_section_rule():
+    assert gate.section_of("while") == gate.section_of("with") == "statements"
+    assert gate.section_of("unary") == gate.section_of("calls") == "expressions"
+    assert gate.section_of("typesseq-mutable") == gate.section_of("bltin-null-object") == "types"
+    assert gate.section_of("specialnames") == "types"
+    assert gate.section_of("debugger") == gate.section_of("identifiers") == "other"
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("d = {'a': [1, (2, 3)]}", True), ("print('(')", True), ('s = "it\\"s"', True), ("'''x'''", True),
+    ("f(1, 2", False), ("x = [1, 2)", False), ("'abc", False), ("a)", False), ("", True),
+])
+def test_balanced(text, ok):
+    assert gate.balanced(text) is ok
+
+
+def test_metrics_on_a_tiny_random_model_and_against_itself(tiny, data, monkeypatch):
+    monkeypatch.setitem(gate.CUSTOM_SCHEMES, "identity", lambda model: None)
+    result = gate.evaluate(tiny, ["identity"], data, **QUICK)
+    base = result.baseline["bits_per_byte"]
+    # untrained: about log2(258) = 8 bits/byte, nowhere near the trained model's ~2
+    assert 6 < base["bits_per_byte"] < 10 and base["tokens"] == 3 * 320
+    (same,) = result.schemes
+    assert same.delta["overall"] == 0 and all(v in (0, None) for v in same.delta["buckets"].values())
+    assert all(v in (0, None) for v in same.delta["sections"].values())
+    assert same.greedy == {"agreement": 1.0, "identical": 1.0, "continuations": 4}
+    assert same.structure["kept_fraction"] == 1.0 and same.structure["lines"] == 4
+    assert same.passed and result.passed
+
+
+def test_breakdowns_sum_to_the_overall(tiny, data):
+    result = gate.evaluate(tiny, [], data, **QUICK)
+    bpb = result.baseline["bits_per_byte"]
+    assert list(bpb["buckets"]) == ["0-63", "64-255", "256-511"]
+    for part in ("buckets", "sections"):
+        groups = [g for g in bpb[part].values() if g["tokens"]]
+        assert sum(g["tokens"] for g in bpb[part].values()) == bpb["tokens"]
+        mean = sum(g["bits_per_byte"] * g["tokens"] for g in groups) / bpb["tokens"]
+        assert mean == pytest.approx(bpb["bits_per_byte"], rel=1e-5)
+    assert bpb["buckets"]["256-511"]["tokens"] == 3 * (320 - 256)
+
+
+def test_agreement_counts_positions_before_the_first_difference():
+    base = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]])
+    other = torch.tensor([[1, 2, 9, 4], [1, 2, 3, 4]])
+    assert gate.agreement(base, other) == {"agreement": (0.5 + 1) / 2, "identical": 0.5, "continuations": 2}
+
+
+def test_batched_greedy_is_greedy_reference(tiny, data):
+    prompts = gate.continuation_prompts(data, 3)
+    batched = gate.greedy_batch(tiny, prompts, 8)
+    for prompt, row in zip(prompts.tolist(), batched.tolist()):
+        assert greedy_reference(tiny, prompt, 8) == row
+
+
+def test_code_prompts_end_inside_a_code_line(data):
+    prompts, heads = gate.code_prompts(data)
+    assert len(prompts) == len(heads) > 20 and prompts.shape[1] == gate.CODE_CONTEXT
+    for prompt, head in zip(prompts.tolist(), heads):
+        text = bytes(t for t in prompt if t < 256).decode("utf-8", "replace")
+        assert text.endswith(">>> " + head)
+        assert head == "" or head[-1] in "([{'\""
+
+
+def test_a_broken_scheme_fails(tiny, data, monkeypatch):
+    monkeypatch.setitem(gate.CUSTOM_SCHEMES, "zeroed", zero_decoder_weights)
+    result = gate.evaluate(tiny, ["zeroed"], data, **QUICK, thresholds={"max_bpb_increase": -1.0})
+    (broken,) = result.schemes
+    assert not broken.passed and not result.passed
+    assert broken.checks["bpb_overall"]["passed"] is False
+    assert sum(tiny.model.layers[0].self_attn.q_proj.weight.abs().flatten()) > 0  # baseline untouched
+
+
+def test_unknown_scheme_is_refused(tiny):
+    with pytest.raises(ValueError, match="unknown scheme"):
+        gate.prepare(tiny, "int3")
+
+
+def test_command_line_exit_status_and_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(gate.CUSTOM_SCHEMES, "zeroed", zero_decoder_weights)
+    path = tmp_path / "gate.json"
+    code = gate.main(["--schemes", "int8", "zeroed", "--quick", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "baseline:" in out and "int8: PASS" in out and "zeroed: FAIL" in out and "thresholds:" in out
+    report = json.loads(path.read_text())
+    assert report["passed"] is False and set(report["thresholds"]) == set(gate.DEFAULT_THRESHOLDS)
+    int8, zeroed = report["schemes"]
+    assert int8["scheme"] == "int8" and int8["passed"] and zeroed["passed"] is False
+    for scheme in (int8, zeroed):
+        assert set(scheme) >= {"bits_per_byte", "delta", "greedy", "structure", "checks", "passed", "seconds"}
+        assert set(scheme["checks"]) == {"bpb_overall", "bpb_buckets", "bpb_sections", "agreement", "structure_kept"}
+        assert math.isfinite(scheme["bits_per_byte"]["bits_per_byte"])
+    assert zeroed["delta"]["overall"] > 1 and int8["delta"]["overall"] < 0.05
+    assert report["settings"]["windows"] == 4 and report["baseline"]["bits_per_byte"]["tokens"] == 4 * gate.WINDOW
+
+
+def test_int4_fails_an_absurd_threshold():
+    assert gate.main(["--schemes", "int4-g32", "--quick", "--max-bpb-increase", "0"]) == 1
