@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from course_lib.collectives.launch import progress_lines, run_on_ranks
 from course_lib.collectives.ring import ring_all_reduce
-from course_lib.perf.units import KiB, MiB
+from course_lib.perf.units import KiB
 
 SIZES = [KiB * 4**k for k in range(9)]  # 1 KiB .. 64 MiB
 STEP_MARKER = "@@symmetric-step "  # rank 0's progress line; ``benchmark`` turns it into on_step calls

@@ -97,7 +97,7 @@ def fused_against_unfused(tokens: int = 3, hidden: int = 96, eps: float = 1e-6) 
     """On each rank: its own partial (as a row-parallel layer leaves it), every peer's partial
     read from the symmetric buffers, the fused kernel on them; the largest difference from
     ``dist.all_reduce`` + residual add + RMSNorm computed unfused on this rank."""
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     partial = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(10 + rank))
     residual = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(0))  # replicated
     weight = 1 + 0.1 * torch.randn(hidden, generator=torch.Generator().manual_seed(1))

@@ -3,7 +3,6 @@ all-reduce is the wrong combine, and a rank that skips its forward hangs the oth
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from course_lib.collectives import moe
 from course_lib.collectives.call_log import with_calls_recorded
