@@ -33,6 +33,16 @@ def function_name(source: str) -> str:
     return source.split("def ", 1)[1].split("(", 1)[0]
 
 
+def caught_mistake(exercise: str, source: str, case: str):
+    """Grade ``source`` (a wrong version of a task's function): it must fail, and some failing case must
+    name ``case`` in its rule or its call. Returns the verdict and those failing cases."""
+    result = verdict(exercise, function_name(source), source)
+    assert not result.passed
+    caught = [c for c in result.failures if case in c.why or case in c.call]
+    assert caught, f"no failing case mentions {case!r}:\n" + "\n".join(result.report(10))
+    return result, caught
+
+
 @pytest.mark.parametrize("exercise", MODULES)
 def test_the_solution_passes_every_task(exercise):
     check = Checker(exercise)
@@ -461,10 +471,7 @@ MISTAKES = [  # (exercise, wrong source, the hand-built case that must catch it,
 
 @pytest.mark.parametrize("exercise, source, case, hint", MISTAKES, ids=lambda v: v if len(str(v)) < 40 else None)
 def test_each_stated_rule_has_a_case_that_catches_its_mistake(exercise, source, case, hint):
-    result = verdict(exercise, function_name(source), source)
-    assert not result.passed
-    caught = [c for c in result.failures if case in c.why or case in c.call]
-    assert caught, f"no failing case mentions {case!r}:\n" + "\n".join(result.report(10))
+    result, _ = caught_mistake(exercise, source, case)
     assert any(hint in c.hint for c in result.failures), "\n".join(result.report(10))
 
 

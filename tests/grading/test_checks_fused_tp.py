@@ -12,7 +12,7 @@ from course_lib.collectives.launch import run_on_ranks
 from course_lib.grading.checks import exercise_tasks
 from course_lib.grading.checks.fused_tp import dispatch_split_sizes, moe_expected, rank_weights
 from course_lib.grading.task import expected_values
-from test_checks import function_name, verdict
+from test_checks import caught_mistake, function_name, verdict
 
 EXERCISE = "08_fused_tp"
 
@@ -369,10 +369,7 @@ MISTAKES += [
 
 @pytest.mark.parametrize("source, case, hint", MISTAKES, ids=[f"{function_name(s)}: {h}" for s, _, h in MISTAKES])
 def test_each_stated_rule_has_a_case_that_catches_its_mistake(source, case, hint):
-    result = verdict(EXERCISE, function_name(source), source)
-    assert not result.passed
-    caught = [c for c in result.failures if case in c.why or case in c.call]
-    assert caught, f"no failing case mentions {case!r}:\n" + "\n".join(result.report(10))
+    result, caught = caught_mistake(EXERCISE, source, case)
     assert any(hint in c.hint for c in caught), "\n".join(result.report(10))
 
 

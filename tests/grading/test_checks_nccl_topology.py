@@ -4,7 +4,7 @@ Tasks 2 and 4 run on real ranks and are judged also by the calls the function ma
 
 import pytest
 
-from test_checks import function_name, verdict
+from test_checks import caught_mistake, function_name, verdict
 
 EXERCISE = "07_nccl_topology"
 
@@ -333,10 +333,7 @@ MISTAKES = [  # (wrong source, the hand-built case that must catch it, words the
 
 @pytest.mark.parametrize("source, case, hint", MISTAKES, ids=[f"{function_name(s)}: {h}" for s, _, h in MISTAKES])
 def test_each_stated_rule_has_a_case_that_catches_its_mistake(source, case, hint):
-    result = verdict(EXERCISE, function_name(source), source)
-    assert not result.passed
-    caught = [c for c in result.failures if case in c.why or case in c.call]
-    assert caught, f"no failing case mentions {case!r}:\n" + "\n".join(result.report(10))
+    result, caught = caught_mistake(EXERCISE, source, case)
     assert any(hint in c.hint for c in caught), "\n".join(result.report(10))
 
 
