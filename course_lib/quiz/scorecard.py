@@ -128,8 +128,17 @@ class Scorecard:
     def total(self) -> int:
         return len(self.bank.questions)
 
+    @property
+    def answered(self) -> int:
+        """Questions with at least one try, right or wrong."""
+        return len(self.records)
+
+    def progress(self) -> str:
+        """How far through the quiz the learner is, e.g. '2 / 6 answered'."""
+        return f"{self.answered} / {self.total} answered"
+
     def summary(self) -> str:
-        unanswered = self.total - len(self.records)
+        unanswered = self.total - self.answered
         return (f"{self.bank.title}: first-try score {self.score}/{self.total} (only each question's first "
                 f"answer counts); {self.solved}/{self.total} solved counting retries, {unanswered} unanswered.")
 

@@ -176,22 +176,24 @@ class QuestionCard(w.VBox):
 
 
 class QuizWidget(w.VBox):
-    """A whole bank as cards with a running first-try score. ``scorecard`` holds the answers;
-    ``learner`` (default: ``learner_id()``) fixes the order options are shown in; with a ``path``
-    the scorecard resumes from, and saves to, that file."""
+    """A whole bank as cards, then an "N / M answered" counter and the running first-try score.
+    ``scorecard`` holds the answers; ``learner`` (default: ``learner_id()``) fixes the order options
+    are shown in; with a ``path`` the scorecard resumes from, and saves to, that file."""
 
     def __init__(self, bank: QuizBank, learner: str | None = None, path: str | Path | None = None) -> None:
         self.bank = bank
         self.learner = learner_id() if learner is None else learner
         self.scorecard = Scorecard(bank, self.learner, path)
         self.score_label = w.HTML()
+        self.answered_label = w.HTML()  # "N / M answered", under the last card
         self.cards = {q.id: QuestionCard(n, q, self.scorecard, self._refresh, self.learner)
                       for n, q in enumerate(bank.questions, start=1)}
         self._refresh()
         super().__init__([w.HTML(f"<h3>{as_html(bank.title)}</h3><p>{as_html(RULES)}</p>"),
-                          *self.cards.values(), self.score_label, _STYLE])
+                          *self.cards.values(), self.answered_label, self.score_label, _STYLE])
 
     def _refresh(self) -> None:
+        self.answered_label.value = f"<b>{as_html(self.scorecard.progress())}</b>"
         self.score_label.value = f"<b>{as_html(self.scorecard.summary())}</b>"
 
     def as_text(self, show_answers: bool = False) -> str:
