@@ -1,0 +1,241 @@
+"""The course in one table: for every module, the resource that bounds you and what relieves it.
+
+Each row names a module's lesson, the resource that limits the system it teaches (one of
+``RESOURCES``), the technique that relieves it, and the figures that show the bound, computed
+here from ``course_lib.perf`` and ``course_lib.paging`` with the presets the lessons use
+(Llama-3.1-8B and -70B on H100s), never typed in. ``resource_map()`` builds the rows;
+``as_markdown`` renders them as a table whose lesson names link to the lessons.
+
+Invariant: every row's ``figures`` are exactly what the named cost model returns (the tests call
+the same functions), and every sentence in ``evidence`` is formatted from those figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from course_lib.paging.paged import PagedAllocator
+from course_lib.paging.reserve_for_max import ReserveForMaxAllocator
+from course_lib.paging.simulate import simulate
+from course_lib.paging.trace import sample_chat_trace
+from course_lib.perf import kv_tiers, quant_cost, tp_all_reduce, topology
+from course_lib.perf.comm import BINARY_TREE, DOUBLE_BINARY_TREE, RING, TREE_CHUNK_BYTES, crossover_bytes
+from course_lib.perf.hardware import get_gpu
+from course_lib.perf.interconnect import INFINIBAND_NDR, NVLINK_4, get_link
+from course_lib.perf.kv import model_kv_bytes_per_token, plan_kv_cache
+from course_lib.perf.models import get_model
+from course_lib.perf.roofline import ridge_point, step_cost
+from course_lib.perf.serving import expected_tokens_per_step, kv_transfer
+from course_lib.perf.units import MiB, format_bytes
+
+KV_MEMORY, MEMORY_BANDWIDTH, INTERCONNECT_BANDWIDTH, LATENCY = (
+    "KV memory", "memory bandwidth", "interconnect bandwidth", "latency")
+RESOURCES = (KV_MEMORY, MEMORY_BANDWIDTH, INTERCONNECT_BANDWIDTH, LATENCY)
+
+SMALL_MODEL, LARGE_MODEL, GPU_NAME = "Llama-3.1-8B", "Llama-3.1-70B", "H100-80GB"
+DECODE_CONTEXT = 1024  # cached tokens per decoding sequence, as in module 04's roofline table
+RECOMPUTE_FLOPS = 500e12  # an achieved prefill rate on an H100, as in module 09
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One module's row: ``lesson`` is the notebook's file name (``NN_name.ipynb``), ``resource``
+    one of ``RESOURCES``, ``figures`` the computed numbers that ``evidence`` quotes."""
+
+    module: str
+    title: str
+    lesson: str
+    resource: str
+    evidence: str
+    technique: str
+    figures: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.resource not in RESOURCES:
+            raise ValueError(f"{self.module}: resource must be one of {RESOURCES}, got {self.resource!r}.")
+        if not self.lesson.startswith(f"{self.module}_") or not self.lesson.endswith(".ipynb"):
+            raise ValueError(f"{self.module}: lesson must be a notebook named {self.module}_*.ipynb, got {self.lesson!r}.")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us"
+
+
+def paging() -> Bound:
+    model, gpu = get_model(SMALL_MODEL), get_gpu(GPU_NAME)
+    per_token = model_kv_bytes_per_token(model, "bf16")
+    plan = plan_kv_cache(model, gpu)
+    trace = sample_chat_trace(1500, max_model_len=2048, seed=0)  # module 01's simulation
+    reserve = simulate(ReserveForMaxAllocator(32768, 2048), trace, 400).mean_waste_fraction
+    paged = simulate(PagedAllocator(2048, 16, 2048), trace, 400).mean_waste_fraction
+    tokens = plan.num_blocks * plan.block_size
+    return Bound(
+        "01", "PagedAttention and the KV cache", "01_paging.ipynb", KV_MEMORY,
+        f"{model.name} keeps {format_bytes(per_token)} of KV per token; an {gpu.name} at gpu_memory_utilization "
+        f"{plan.budget_bytes / plan.gpu_memory_bytes:g} holds {tokens:,} tokens of it after the weights. Reserving each request's maximum wasted {reserve:.1%} of that memory in module 01's "
+        f"simulation, 16-token blocks {paged:.1%}.",
+        "PagedAttention: fixed-size blocks handed out on demand through a block table; copy-on-write to share them; "
+        "GQA/MQA for fewer bytes per token",
+        {"kv_bytes_per_token": per_token, "kv_tokens_on_gpu": tokens, "reserve_waste": reserve, "paged_waste": paged})
+
+
+def _decode(batch: int):
+    return step_cost(get_model(SMALL_MODEL), get_gpu(GPU_NAME), [(DECODE_CONTEXT, 1)] * batch)
+
+
+def batching() -> Bound:
+    one, many = _decode(1), _decode(64)
+    return Bound(
+        "02", "Continuous batching", "02_batching.ipynb", MEMORY_BANDWIDTH,
+        f"A decode step at batch 1 reads {one.bytes / 1e9:.1f} GB (the weights, mostly) for "
+        f"{one.flops / 1e9:.0f} GFLOPs and takes {_ms(one.time_s)}; at batch 64 it reads {many.bytes / 1e9:.1f} GB "
+        f"and takes {_ms(many.time_s)}: 64 tokens for {many.time_s / one.time_s:.1f}x the time of one.",
+        "continuous batching: refill a slot in the step it frees, so every weight read serves a full batch",
+        {"batch1_bytes": one.bytes, "batch1_flops": one.flops, "batch1_s": one.time_s,
+         "batch64_bytes": many.bytes, "batch64_s": many.time_s})
+
+
+def scheduler(document: int = 16_000, decoders: int = 32, budget: int = 2048) -> Bound:
+    model, gpu = get_model(SMALL_MODEL), get_gpu(GPU_NAME)
+    decodes = [(DECODE_CONTEXT, 1)] * decoders
+    alone = step_cost(model, gpu, decodes).time_s
+    whole = step_cost(model, gpu, decodes + [(0, document)]).time_s
+    chunked = step_cost(model, gpu, decodes + [(0, budget - decoders)]).time_s
+    return Bound(
+        "03", "The V1 scheduler", "03_scheduler.ipynb", LATENCY,
+        f"{decoders} decodes alone take {_ms(alone)} a step; with a whole {document:,}-token prompt in the same step, "
+        f"{_ms(whole)}: every user's next token waits for it. Within a {budget:,}-token budget the step is "
+        f"{_ms(chunked)}.",
+        "the token budget (max_num_batched_tokens) with chunked prefill and a per-request cap "
+        "(long_prefill_token_threshold); prefix caching so repeated prefixes are not computed again",
+        {"decodes_s": alone, "whole_prefill_s": whole, "chunked_s": chunked})
+
+
+def roofline() -> Bound:
+    gpu = get_gpu(GPU_NAME)
+    prefill = step_cost(get_model(SMALL_MODEL), gpu, [(0, 2048)])
+    decode = _decode(1)
+    tokens = expected_tokens_per_step(0.8, 4)
+    transfer = kv_transfer(get_model(LARGE_MODEL), 10_000, get_link(INFINIBAND_NDR).bandwidth)
+    return Bound(
+        "04", "Throughput vs latency", "04_roofline.ipynb", MEMORY_BANDWIDTH,
+        f"The {gpu.name}'s ridge point is {ridge_point(gpu):.0f} FLOPs per byte: a 2,048-token prefill does "
+        f"{prefill.arithmetic_intensity:,.0f} (compute-bound), a batch-1 decode {decode.arithmetic_intensity:.1f} "
+        f"(bandwidth-bound). Drafts accepted at 0.8 with k = 4 give {tokens:.2f} tokens per weight read; shipping "
+        f"10,000 tokens of {LARGE_MODEL} KV between pools is {transfer.bytes / 1e9:.2f} GB, {_ms(transfer.time_s)}.",
+        "speculative decoding (spend the idle compute of decode); disaggregated prefill and decode pools",
+        {"ridge_point": ridge_point(gpu), "prefill_intensity": prefill.arithmetic_intensity,
+         "decode_intensity": decode.arithmetic_intensity, "tokens_per_step": tokens,
+         "kv_transfer_bytes": transfer.bytes, "kv_transfer_s": transfer.time_s})
+
+
+def collectives(num_ranks: int = 8, size: int = 2**30) -> Bound:
+    nvlink = get_link(NVLINK_4)
+    seconds = RING.time(num_ranks, size, 0.0, nvlink.beta)
+    return Bound(
+        "05", "Collective primitives", "05_collectives.ipynb", INTERCONNECT_BANDWIDTH,
+        f"An all-reduce is a reduce-scatter plus an all-gather: each of {num_ranks} ranks sends "
+        f"{RING.volume(num_ranks):.2f}x the message, so 1 GiB of gradients takes {_ms(seconds)} at "
+        f"{nvlink.bandwidth / 1e9:.0f} GB/s each way.",
+        "the collective that moves the fewest bytes for the parallelism (reduce-scatter for FSDP, all-to-all for "
+        "MoE), called by every rank in the same order",
+        {"ring_volume": RING.volume(num_ranks), "all_reduce_s": seconds})
+
+
+def ring_vs_tree(num_ranks: int = 512, size: int = 4096) -> Bound:
+    ib = get_link(INFINIBAND_NDR)
+    ring = RING.time(num_ranks, size, ib.alpha_s, ib.beta)
+    tree = DOUBLE_BINARY_TREE.time(num_ranks, size, ib.alpha_s, ib.beta, TREE_CHUNK_BYTES)
+    crossover = crossover_bytes(BINARY_TREE, RING, num_ranks, ib.alpha_s, ib.beta)
+    return Bound(
+        "06", "Ring vs tree", "06_ring_vs_tree.ipynb", LATENCY,
+        f"4 KiB on {num_ranks} GPUs over InfiniBand: the ring's {2 * (num_ranks - 1):,} hops take {_us(ring)}, a "
+        f"double binary tree {_us(tree)} ({ring / tree:.0f}x less); the ring overtakes a tree only above "
+        f"{format_bytes(crossover)}.",
+        "trees (double binary trees) for small messages on many ranks, the ring for large ones",
+        {"ring_s": ring, "tree_s": tree, "crossover_bytes": crossover})
+
+
+def nccl_topology(size: int = 25 * MiB) -> Bound:
+    nvlink, ib = get_link(NVLINK_4), get_link(INFINIBAND_NDR)
+    cluster = topology.h100_cluster(2, 8, nics_per_node=1)
+    flat = topology.flat_ring_crossing(cluster, size).busiest_nic
+    hierarchical = topology.hierarchical_crossing(cluster, size).busiest_nic
+    return Bound(
+        "07", "NCCL, topology and overlap", "07_nccl_topology.ipynb", INTERCONNECT_BANDWIDTH,
+        f"NVLink carries {nvlink.bandwidth / 1e9:.0f} GB/s each way, one InfiniBand NDR NIC "
+        f"{ib.bandwidth / 1e9:.0f} GB/s ({nvlink.bandwidth / ib.bandwidth:.0f}x less). A 25 MiB bucket on two nodes "
+        f"of 8 with one NIC each: a flat ring pushes {format_bytes(flat)} through a NIC, a hierarchical all-reduce "
+        f"{format_bytes(hierarchical)}.",
+        "hierarchical all-reduce, DDP's buckets overlapped with the backward pass, busbw measured against the "
+        "link's peak, tensor parallelism kept inside the node",
+        {"nvlink_bandwidth": nvlink.bandwidth, "nic_bandwidth": ib.bandwidth, "flat_nic_bytes": flat,
+         "hierarchical_nic_bytes": hierarchical})
+
+
+def fused_tp(num_ranks: int = 8, tokens: int = 16) -> Bound:
+    model = get_model(LARGE_MODEL)
+    size = tp_all_reduce.tp_message_bytes(tokens, model.hidden_size)
+    per_step = tp_all_reduce.tp_all_reduces_per_forward(model.num_layers)
+    ring = tp_all_reduce.ring_time(num_ranks, size) * per_step
+    one_shot = tp_all_reduce.one_shot_time(num_ranks, size) * per_step
+    return Bound(
+        "08", "Fused TP kernels and MoE serving", "08_fused_tp.ipynb", LATENCY,
+        f"{model.name} at TP={num_ranks}, decoding {tokens} sequences: {per_step} all-reduces of "
+        f"{format_bytes(size)} per step, all on the critical path: {_ms(ring)} with the ring, {_ms(one_shot)} one-shot.",
+        "one-shot and two-shot all-reduce over symmetric memory; the reduction fused with the residual add and "
+        "RMSNorm",
+        {"message_bytes": size, "all_reduces_per_step": per_step, "ring_s": ring, "one_shot_s": one_shot})
+
+
+def quantization() -> Bound:
+    model, gpu = get_model(LARGE_MODEL), get_gpu(GPU_NAME)
+    bf16, w4 = quant_cost.weight_memory(model, "BF16"), quant_cost.weight_memory(model, "W4A16")
+    gpus_bf16 = quant_cost.min_gpus_for_weights(model, "BF16", gpu)
+    gpus_w4 = quant_cost.min_gpus_for_weights(model, "W4A16", gpu)
+    best = quant_cost.best_scheme(model, gpu, 1)
+    crossover = quant_cost.crossover_batch(model, gpu)
+    return Bound(
+        "09", "Serving trade-offs: quantization", "09_serving_tradeoffs.ipynb", MEMORY_BANDWIDTH,
+        f"{model.name}'s weights are {bf16 / 1e9:.1f} GB in BF16 ({gpus_bf16} H100s before any KV cache), "
+        f"{w4 / 1e9:.1f} GB in W4A16 ({gpus_w4}). At batch 1 {best} is fastest; FP8 W8A8 overtakes it from "
+        f"batch {crossover}, once the step is compute-bound.",
+        "weight-only 4-bit (W4A16) for bandwidth-bound small batches, FP8 W8A8 for compute-bound throughput, "
+        "both behind an accuracy gate",
+        {"bf16_bytes": bf16, "w4a16_bytes": w4, "bf16_gpus": gpus_bf16, "w4a16_gpus": gpus_w4,
+         "fp8_crossover_batch": crossover})
+
+
+def kv_offload(tokens: int = 10_100) -> Bound:
+    model, gpu = get_model(SMALL_MODEL), get_gpu(GPU_NAME)
+    tier = kv_tiers.get_tier(kv_tiers.CPU_DRAM)
+    size = kv_tiers.reload_bytes(model, tokens)
+    reload = kv_tiers.reload_time(model, tokens, tier)
+    recompute = kv_tiers.recompute_time(model, tokens, gpu, flops=RECOMPUTE_FLOPS)
+    return Bound(
+        "09", "Serving trade-offs: KV offload", "09_serving_tradeoffs.ipynb", KV_MEMORY,
+        f"A {tokens:,}-token prefix of {model.name} is {size / 1e9:.2f} GB of KV: {_ms(reload)} to reload from CPU "
+        f"memory against {recompute:.2f} s to recompute, {recompute / reload:.0f}x slower.",
+        "KV offload tiers (CPU memory, NVMe, shared pools) with DMA copies; reload rather than recompute long "
+        "prefixes",
+        {"kv_bytes": size, "reload_s": reload, "recompute_s": recompute})
+
+
+def resource_map() -> list[Bound]:
+    """Every module's row, 01 to 09 in order (module 09 has two: quantization and KV offload)."""
+    return [paging(), batching(), scheduler(), roofline(), collectives(), ring_vs_tree(), nccl_topology(),
+            fused_tp(), quantization(), kv_offload()]
+
+
+def as_markdown(rows: list[Bound], link_prefix: str = "") -> str:
+    """A Markdown table of ``rows``, each module's title linking to ``link_prefix + lesson``."""
+    lines = ["| module | what bounds you | the numbers | what relieves it |", "|---|---|---|---|"]
+    for row in rows:
+        cells = (f"[{row.module} {row.title}]({link_prefix}{row.lesson})", f"**{row.resource}**", row.evidence,
+                 row.technique)
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""The final review's resource map: every module 01-09 has a row, each row's figures are what the
+cost models compute, and the rendered table quotes them and links each lesson."""
+
+import pytest
+
+from course_lib import review
+from course_lib.paths import QUIZ_DIR
+from course_lib.perf import kv_tiers, quant_cost, tp_all_reduce
+from course_lib.perf.comm import RING
+from course_lib.perf.hardware import get_gpu
+from course_lib.perf.interconnect import NVLINK_4, get_link
+from course_lib.perf.kv import model_kv_bytes_per_token
+from course_lib.perf.models import get_model
+from course_lib.perf.roofline import step_cost
+from course_lib.perf.serving import expected_tokens_per_step
+
+ROWS = review.resource_map()
+H100, LLAMA_8B, LLAMA_70B = get_gpu("H100-80GB"), get_model("Llama-3.1-8B"), get_model("Llama-3.1-70B")
+
+
+def test_every_module_has_a_row_in_order_with_one_of_the_four_resources():
+    assert [row.module for row in ROWS] == ["01", "02", "03", "04", "05", "06", "07", "08", "09", "09"]
+    assert {row.resource for row in ROWS} == set(review.RESOURCES)
+    assert review.RESOURCES == ("KV memory", "memory bandwidth", "interconnect bandwidth", "latency")
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.module} {r.title}")
+def test_each_row_names_its_module_lesson(row):
+    """A lesson and its quiz bank share a name (01_paging.ipynb, quizzes/01_paging.yaml)."""
+    assert (QUIZ_DIR / row.lesson.replace(".ipynb", ".yaml")).exists(), row.lesson
+
+
+def test_the_figures_are_the_cost_models_own():
+    by = {(row.module, row.resource): row.figures for row in ROWS}
+    assert by["01", "KV memory"]["kv_bytes_per_token"] == model_kv_bytes_per_token(LLAMA_8B, "bf16") == 131072
+    assert by["01", "KV memory"]["reserve_waste"] > 0.6 > 0.04 > by["01", "KV memory"]["paged_waste"]
+    one = step_cost(LLAMA_8B, H100, [(1024, 1)])
+    assert (by["02", "memory bandwidth"]["batch1_bytes"], by["02", "memory bandwidth"]["batch1_flops"]) == (one.bytes, one.flops)
+    assert by["03", "latency"]["whole_prefill_s"] > by["03", "latency"]["chunked_s"] > by["03", "latency"]["decodes_s"]
+    assert by["04", "memory bandwidth"]["tokens_per_step"] == expected_tokens_per_step(0.8, 4)
+    assert by["04", "memory bandwidth"]["decode_intensity"] < by["04", "memory bandwidth"]["ridge_point"] \
+        < by["04", "memory bandwidth"]["prefill_intensity"]
+    assert by["05", "interconnect bandwidth"]["all_reduce_s"] == RING.time(8, 2**30, 0.0, get_link(NVLINK_4).beta)
+    assert by["06", "latency"]["tree_s"] < by["06", "latency"]["ring_s"]
+    seven = by["07", "interconnect bandwidth"]
+    assert seven["hierarchical_nic_bytes"] < seven["flat_nic_bytes"] and seven["nvlink_bandwidth"] == 9 * seven["nic_bandwidth"]
+    size = tp_all_reduce.tp_message_bytes(16, LLAMA_70B.hidden_size)
+    assert by["08", "latency"]["one_shot_s"] == tp_all_reduce.one_shot_time(8, size) * 160
+    assert by["09", "memory bandwidth"]["bf16_gpus"] == quant_cost.min_gpus_for_weights(LLAMA_70B, "BF16", H100) == 2
+    offload = by["09", "KV memory"]
+    assert offload["reload_s"] == kv_tiers.reload_time(LLAMA_8B, 10_100, kv_tiers.get_tier(kv_tiers.CPU_DRAM))
+    assert 0.025 < offload["reload_s"] < 0.03 and 0.3 < offload["recompute_s"] < 0.35  # ~26 ms against ~0.3 s
+
+
+def test_the_table_links_every_lesson_and_quotes_the_figures():
+    table = review.as_markdown(ROWS, link_prefix="../notebooks/")
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(ROWS) and all(line.count(" | ") == 3 for line in lines[2:])
+    for row, line in zip(ROWS, lines[2:]):
+        assert f"](../notebooks/{row.lesson})" in line and f"**{row.resource}**" in line and row.evidence in line
+    assert "128.0 KiB" in table and "62.6%" in table and "3.36 tokens" in table and "1.32 GB" in table
+
+
+def test_a_row_refuses_an_unknown_resource_or_a_lesson_of_another_module():
+    with pytest.raises(ValueError, match="resource must be one of"):
+        review.Bound("01", "x", "01_paging.ipynb", "compute", "", "")
+    with pytest.raises(ValueError, match="01_\\*.ipynb"):
+        review.Bound("01", "x", "02_batching.ipynb", review.LATENCY, "", "")
