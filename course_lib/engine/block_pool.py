@@ -6,7 +6,9 @@ Invariants (checked by the property tests):
     is popped from the free queue for reuse (lazy eviction);
   * the free queue is ordered for eviction: least recently freed first, and within one freed
     request the tail blocks first (they are the least likely to be shared);
-  * all queue operations are O(1) (a doubly linked list through the blocks themselves).
+  * all queue operations are O(1) (a doubly linked list through the blocks themselves);
+  * with an offload pool (``engine/kv_offload.py``), evicting the block the prefix cache finds
+    for a hash first queues a copy of it to the CPU tier, so the hash stays findable there.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from course_lib.engine.block_hash import BlockHash
+from course_lib.engine.kv_offload import KVOffloadPool
 
 
 @dataclass(eq=False, slots=True)
@@ -64,13 +67,14 @@ class FreeKVCacheBlockQueue:
 class BlockPool:
     """Hands out blocks, takes them back, and remembers which full blocks hold which prefix."""
 
-    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, enable_caching: bool = True, offload: KVOffloadPool | None = None) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}; give the KV cache more memory.")
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.enable_caching = enable_caching
         self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+        self.offload = offload  # where evicted cached blocks go, or None: forgotten
 
     @property
     def num_free_blocks(self) -> int:
@@ -95,6 +99,8 @@ class BlockPool:
         if block.block_hash is not None:
             if self.cached_block_hash_to_block.get(block.block_hash) is block:
                 del self.cached_block_hash_to_block[block.block_hash]
+                if self.offload is not None:  # copied out before this step writes the block
+                    self.offload.offload(block.block_hash, block.block_id)
             block.block_hash = None
 
     def touch(self, blocks: list[KVCacheBlock]) -> None:

@@ -8,7 +8,11 @@ Rules (vLLM V1):
   * blocks are freed tail-first, so a request's last blocks are evicted before its first;
   * slots for speculative drafts are allocated like any token's, but a block is cached only
     once verified tokens fill it (``request.block_hashes`` never covers drafts), and
-    ``rollback`` returns the blocks that only rejected drafts used.
+    ``rollback`` returns the blocks that only rejected drafts used;
+  * with ``num_offload_blocks`` (``engine/kv_offload.py``), a GPU miss on the hash chain asks the
+    CPU offload tier next and the chain goes on through either tier. ``allocate_slots`` gives
+    each CPU hit a fresh GPU block, queues its reload and caches it on the GPU; when it answers
+    None nothing was pinned, queued or allocated. ``take_transfers`` hands the step's copies over.
 """
 
 from __future__ import annotations
@@ -16,15 +20,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.engine.block_pool import BlockPool, KVCacheBlock
+from course_lib.engine.kv_offload import KVOffloadPool, OffloadedBlock
 from course_lib.engine.request import Request
 
 
 @dataclass
 class PrefixCacheStats:
-    """Prefix-cache lookups counted in tokens (what vLLM reports as its hit rate)."""
+    """Prefix-cache lookups counted in tokens (what vLLM reports as its hit rate); ``hit_tokens``
+    is ``gpu_hit_tokens`` (the GPU prefix cache) plus ``cpu_hit_tokens`` (reloaded from the
+    offload tier)."""
 
     queried_tokens: int = 0
     hit_tokens: int = 0
+    gpu_hit_tokens: int = 0
+    cpu_hit_tokens: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -32,31 +41,44 @@ class PrefixCacheStats:
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True,
+                 num_offload_blocks: int = 0) -> None:
+        if num_offload_blocks and not enable_caching:
+            raise ValueError("The KV offload tier keeps evicted prefix-cache blocks: it needs "
+                             "enable_prefix_caching=True (or drop kv_offload_blocks).")
         self.block_size = block_size
-        self.block_pool = BlockPool(num_blocks, enable_caching)
+        self.offload = KVOffloadPool(num_offload_blocks) if num_offload_blocks else None
+        self.block_pool = BlockPool(num_blocks, enable_caching, self.offload)
         self.enable_caching = enable_caching
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_blocks: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats()
 
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
-        """Cached blocks that hold a prefix of ``request``, and how many tokens they cover."""
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock | OffloadedBlock], int]:
+        """Cached blocks that hold a prefix of ``request``, and how many tokens they cover: GPU blocks,
+        and ``OffloadedBlock`` entries for the blocks only the CPU offload tier holds."""
         if not self.enable_caching:
             return [], 0
         max_blocks = (request.num_tokens - 1) // self.block_size  # leave the last token to compute
-        hits = []
+        hits: list[KVCacheBlock | OffloadedBlock] = []
+        on_cpu = 0
         for block_hash in request.block_hashes[:max_blocks]:
             block = self.block_pool.get_cached_block(block_hash)
+            if block is None and self.offload is not None and self.offload.lookup(block_hash) is not None:
+                block, on_cpu = OffloadedBlock(block_hash), on_cpu + 1
             if block is None:
                 break
             hits.append(block)
-        self.prefix_cache_stats.queried_tokens += request.num_tokens
-        self.prefix_cache_stats.hit_tokens += len(hits) * self.block_size
+        stats = self.prefix_cache_stats
+        stats.queried_tokens += request.num_tokens
+        stats.hit_tokens += len(hits) * self.block_size
+        stats.gpu_hit_tokens += (len(hits) - on_cpu) * self.block_size
+        stats.cpu_hit_tokens += on_cpu * self.block_size
         return hits, len(hits) * self.block_size
 
     def allocate_slots(self, request: Request, num_new_tokens: int,
-                       new_computed_blocks: list[KVCacheBlock] | None = None) -> list[KVCacheBlock] | None:
+                       new_computed_blocks: list[KVCacheBlock | OffloadedBlock] | None = None,
+                       ) -> list[KVCacheBlock] | None:
         """Give ``request`` room for ``num_new_tokens`` more tokens (after any cache hits), or None."""
         blocks = self.req_to_blocks.setdefault(request.request_id, [])
         if not new_computed_blocks:
@@ -66,17 +88,36 @@ class KVCacheManager:
                     self._cache_full_blocks(request, blocks, total)
                 return []
         hits = new_computed_blocks or []
+        on_gpu = [block for block in hits if isinstance(block, KVCacheBlock)]
+        on_cpu = [hit.block_hash for hit in hits if isinstance(hit, OffloadedBlock)]
         computed = request.num_computed_tokens + len(hits) * self.block_size
         needed = -(-(computed + num_new_tokens) // self.block_size) - len(blocks) - len(hits)
-        hits_now_free = sum(block.ref_cnt == 0 for block in hits)
-        if needed > self.block_pool.num_free_blocks - hits_now_free:
+        hits_now_free = sum(block.ref_cnt == 0 for block in on_gpu)
+        if max(0, needed) + len(on_cpu) > self.block_pool.num_free_blocks - hits_now_free:
             return None
-        self.block_pool.touch(hits)
-        blocks += hits
+        self.block_pool.touch(on_gpu)  # out of the free queue: the pops below cannot evict them
+        if on_cpu:
+            blocks += self._reload(hits, on_cpu)
+        else:
+            blocks += hits
         new_blocks = self.block_pool.get_new_blocks(max(0, needed))
         blocks += new_blocks
         self._cache_full_blocks(request, blocks, computed + num_new_tokens)
         return new_blocks
+
+    def _reload(self, hits: list[KVCacheBlock | OffloadedBlock], on_cpu: list) -> list[KVCacheBlock]:
+        """``hits`` as GPU blocks: a fresh one per CPU hit, its reload queued. The CPU blocks are
+        pinned first, so the evictions these pops cause cannot offload over them."""
+        cpu_ids = [self.offload.pin(block_hash) for block_hash in on_cpu]
+        fresh = self.block_pool.get_new_blocks(len(on_cpu))
+        for cpu, block in zip(cpu_ids, fresh):
+            self.offload.reload(cpu, block.block_id)
+        targets = iter(fresh)
+        return [hit if isinstance(hit, KVCacheBlock) else next(targets) for hit in hits]
+
+    def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The step's offload copies (GPU block, CPU block) and reloads (CPU block, GPU block)."""
+        return self.offload.take_transfers() if self.offload is not None else ([], [])
 
     def _cache_full_blocks(self, request: Request, blocks: list[KVCacheBlock], num_tokens: int) -> None:
         start = self.num_cached_blocks.get(request.request_id, 0)

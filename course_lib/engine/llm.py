@@ -18,6 +18,11 @@ With ``quantization`` ("int8", "int4" or "w8a8", ``course_lib/quant``), every li
 decoder is replaced by its quantized form before serving (a model object passed in is copied
 first); ``quantization_summary`` says what was replaced and the bytes saved. "int4" is group-wise
 with groups of 128, the last group of a row shorter where the width does not divide by 128.
+
+With ``kv_offload_blocks=N`` (a KV offload tier of N CPU blocks, ``engine/kv_offload.py``), prefix-cache
+blocks evicted from the GPU pool are copied to CPU memory (LRU there) and a later prefix hit on
+them is reloaded instead of recomputed. ``kv_cache_manager.prefix_cache_stats`` counts hits by tier
+(``gpu_hit_tokens``, ``cpu_hit_tokens``); each ``StepRecord`` has the step's block copies.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class LLM:
         tensor_parallel_size: int = 1,
         distributed_timeout_s: float = 60.0,
         quantization: str | None = None,
+        kv_offload_blocks: int | None = None,
     ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -129,12 +135,16 @@ class LLM:
                                                 long_prefill_token_threshold, preemption_mode, scheduling_policy)
         self.cache_config = CacheConfig(block_size, num_gpu_blocks, enable_prefix_caching)
         num_cpu_blocks = num_gpu_blocks if num_cpu_blocks is None and preemption_mode == "swap" else (num_cpu_blocks or 0)
-        self.kv_cache_manager = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching)
+        if kv_offload_blocks is not None and kv_offload_blocks < 0:
+            raise ValueError(f"kv_offload_blocks must be 0 or more CPU blocks, got {kv_offload_blocks}.")
+        kv_offload_blocks = kv_offload_blocks or 0
+        self.kv_cache_manager = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching, kv_offload_blocks)
         self.scheduler = Scheduler(self.scheduler_config, self.kv_cache_manager, num_cpu_blocks)
         # Triton kernels where they compile and pass a probe step, else PyTorch (see engine/backend.py).
         if tensor_parallel_size == 1:
             self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
-            self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend)
+            self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend,
+                                      kv_offload_blocks)
         else:  # each rank resolves the backend on its own device; a setting that cannot work fails here
             if attention_backend not in (None, *ATTENTION_BACKENDS):
                 raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {attention_backend!r}.")
@@ -143,7 +153,7 @@ class LLM:
             self.runner = TensorParallelRunner(model, tensor_parallel_size, num_gpu_blocks, block_size, num_cpu_blocks,
                                                attention_backend, next(model.parameters()).dtype,  # as at TP=1
                                                backend="nccl" if device.startswith("cuda") else "gloo",
-                                               timeout_s=distributed_timeout_s)
+                                               timeout_s=distributed_timeout_s, num_offload_blocks=kv_offload_blocks)
             self.attention_backend = self.runner.attention_backend
         self.speculative_config = None if speculative_config is None else SpeculativeConfig.from_dict(speculative_config)
         self.proposer = self._make_proposer(self.speculative_config, dtype, device)
@@ -253,6 +263,7 @@ class LLM:
             running=[r.request_id for r in self.scheduler.running],
             blocks_used=len(pool.blocks) - pool.num_free_blocks, blocks_free=pool.num_free_blocks,
             prefix_hit_tokens=plan.prefix_hit_tokens, preempted=list(plan.preempted),
+            kv_offload_blocks=len(plan.kv_offload), kv_reload_blocks=len(plan.kv_reload),
             wall_time_s=time.perf_counter() - started, model_time_s=model_time))
         for request in finished:
             self._generators.pop(request.request_id, None)

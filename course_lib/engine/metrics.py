@@ -19,6 +19,8 @@ class StepRecord:
     preempted: list[str]
     wall_time_s: float
     model_time_s: float  # forward pass and sampling; the rest of the wall time is bookkeeping
+    kv_offload_blocks: int = 0  # blocks copied GPU -> CPU offload tier in this step
+    kv_reload_blocks: int = 0  # blocks copied CPU offload tier -> GPU in this step
 
     @property
     def overhead_time_s(self) -> float:

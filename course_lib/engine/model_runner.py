@@ -53,6 +53,8 @@ class StepBatch:
     logits_indices: list[int]
     swap_out: list[tuple[int, int]]
     swap_in: list[tuple[int, int]]
+    kv_offload: list[tuple[int, int]] = field(default_factory=list)  # (GPU block, offload-tier CPU block)
+    kv_reload: list[tuple[int, int]] = field(default_factory=list)  # (offload-tier CPU block, GPU block)
 
 
 @dataclass
@@ -84,7 +86,8 @@ def prepare(out: SchedulerOutput, requests: dict[str, Request], block_tables: di
             logit_rows += range(len(ids) - 1 - len(drafts), len(ids))
             sampling.append(request)
             all_drafts.append(drafts)
-    batch = StepBatch(ids, positions, slots, query_lens, seq_lens, tables, logit_rows, out.swap_out, out.swap_in)
+    batch = StepBatch(ids, positions, slots, query_lens, seq_lens, tables, logit_rows, out.swap_out, out.swap_in,
+                      out.kv_offload, out.kv_reload)
     return ModelInput(batch, sampling, all_drafts)
 
 
@@ -112,7 +115,7 @@ class ModelRunner:
     shard's share)."""
 
     def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int, num_cpu_blocks: int = 0,
-                 attention_backend: str = "torch") -> None:
+                 attention_backend: str = "torch", num_offload_blocks: int = 0) -> None:
         self.model = model
         self.block_size = block_size
         param = next(model.parameters())
@@ -124,12 +127,15 @@ class ModelRunner:
         cpu_shape = (2, num_cpu_blocks, *shape[2:])
         self.cpu_caches = [torch.zeros(cpu_shape, dtype=param.dtype) for _ in range(layers)] if num_cpu_blocks else []
         self.device = param.device
+        # The KV offload tier's CPU blocks: tensors of their own, apart from the swap space above.
+        self.offload_caches = [torch.zeros((2, num_offload_blocks, *shape[2:]), dtype=kv.dtype)
+                               for kv in self.kv_caches] if num_offload_blocks else []
 
-    def _copy_blocks(self, pairs: list[tuple[int, int]], to_cpu: bool) -> None:
+    def _copy_blocks(self, pairs: list[tuple[int, int]], to_cpu: bool, cpu_caches: list | None = None) -> None:
         if not pairs:
             return
         src, dst = (torch.tensor(ids) for ids in zip(*pairs))
-        for gpu, cpu in zip(self.kv_caches, self.cpu_caches):
+        for gpu, cpu in zip(self.kv_caches, self.cpu_caches if cpu_caches is None else cpu_caches):
             if to_cpu:
                 cpu[:, dst] = gpu[:, src.to(self.device)].cpu()
             else:
@@ -137,8 +143,12 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:
-        """Move swapped KV, then run the forward pass: logits at ``batch.logits_indices``."""
+        """Move swapped and offloaded KV, then run the forward pass: logits at ``batch.logits_indices``.
+        Every GPU->CPU copy runs before any CPU->GPU copy: a block popped for reuse this step is
+        read out before a reload or the forward pass writes it."""
+        self._copy_blocks(batch.kv_offload, to_cpu=True, cpu_caches=self.offload_caches)
         self._copy_blocks(batch.swap_out, to_cpu=True)
+        self._copy_blocks(batch.kv_reload, to_cpu=False, cpu_caches=self.offload_caches)
         self._copy_blocks(batch.swap_in, to_cpu=False)
         device = self.device
         metadata = self.build_metadata(batch.slots, batch.query_lens, batch.seq_lens, batch.block_tables,

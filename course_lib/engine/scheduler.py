@@ -33,7 +33,8 @@ from course_lib.engine.request import Request, RequestStatus
 @dataclass
 class SchedulerOutput:
     """One step's plan. ``swap_out``/``swap_in`` are (source block, destination block) copies
-    the model runner performs before the forward pass."""
+    the model runner performs before the forward pass, as are the KV offload tier's
+    ``kv_offload`` (GPU block, CPU block) and ``kv_reload`` (CPU block, GPU block) copies."""
 
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
     preempted: list[str] = field(default_factory=list)
@@ -41,6 +42,8 @@ class SchedulerOutput:
     swap_in: list[tuple[int, int]] = field(default_factory=list)
     prefix_hit_tokens: int = 0
     spec_token_ids: dict[str, list[int]] = field(default_factory=dict)  # drafts sent for verification
+    kv_offload: list[tuple[int, int]] = field(default_factory=list)
+    kv_reload: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Scheduler:
@@ -108,6 +111,7 @@ class Scheduler:
             index += 1
         if not out.preempted and not (self.config.policy == "static" and self.running):
             self._admit_waiting(out, budget)
+        out.kv_offload, out.kv_reload = self.kv.take_transfers()  # evictions and CPU-tier hits of this step
         return out
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:

@@ -30,13 +30,14 @@ class _Worker:
     """One rank's shard, its runner, and the all-reduces its last forward pass made."""
 
     def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int, num_cpu_blocks: int,
-                 attention_backend: str | None, dtype: torch.dtype, backend: str) -> None:
+                 attention_backend: str | None, dtype: torch.dtype, backend: str, num_offload_blocks: int = 0) -> None:
         rank, world = dist.get_rank(), dist.get_world_size()
         self.comm = shard_llama_(model, rank, world)  # this process's copy of the model (fork: copy on write)
         device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
         model.to(device=device, dtype=dtype).eval()
         self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
-        self.runner = ModelRunner(model, num_blocks, block_size, num_cpu_blocks, self.attention_backend)
+        self.runner = ModelRunner(model, num_blocks, block_size, num_cpu_blocks, self.attention_backend,
+                                  num_offload_blocks)  # each rank offloads its own KV heads' share
 
 
 def _forward(worker: _Worker, batch: StepBatch) -> tuple[torch.Tensor | None, int]:
@@ -61,9 +62,10 @@ class TensorParallelRunner:
 
     def __init__(self, model: LlamaForCausalLM, tensor_parallel_size: int, num_blocks: int, block_size: int,
                  num_cpu_blocks: int, attention_backend: str | None, dtype: torch.dtype, backend: str,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, num_offload_blocks: int = 0) -> None:
         self.pool = RankPool(tensor_parallel_size, _Worker, model, num_blocks, block_size, num_cpu_blocks,
-                             attention_backend, dtype, backend, backend=backend, timeout_s=timeout_s)
+                             attention_backend, dtype, backend, num_offload_blocks, backend=backend,
+                             timeout_s=timeout_s)
         self.ranks = self.pool.call(_describe)
         self.attention_backend = self.ranks[0]["attention_backend"]
         self.all_reduces_per_step = 0
