@@ -4,7 +4,8 @@ Each row names a module's lesson, the resource that limits the system it teaches
 ``RESOURCES``), the technique that relieves it, and the figures that show the bound, computed
 here from ``course_lib.perf`` and ``course_lib.paging`` with the presets the lessons use
 (Llama-3.1-8B and -70B on H100s), never typed in. ``resource_map()`` builds the rows;
-``as_markdown`` renders them as a table whose lesson names link to the lessons.
+``as_markdown`` renders them as a table whose lesson names link to the lessons. ``STAFF_QUESTIONS``
+holds the review's open questions with their staff answers, each naming the lesson that teaches it.
 
 Invariant: every row's ``figures`` are exactly what the named cost model returns (the tests call
 the same functions), and every sentence in ``evidence`` is formatted from those figures.
@@ -239,3 +240,120 @@ def as_markdown(rows: list[Bound], link_prefix: str = "") -> str:
                  row.technique)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class StaffQuestion:
+    """An open question with a model ("staff") answer and what to compare in one's own answer;
+    ``lesson`` is the notebook that teaches it. Kept here rather than in the notebook's cells, so
+    that the answer stays hidden until the learner has written theirs and asks for it."""
+
+    key: str
+    topic: str
+    lesson: str
+    question: str
+    answer: str
+    compare: str
+
+
+STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
+    StaffQuestion(
+        'paging', 'Paging', '01_paging.ipynb',
+        'What did PagedAttention change in how a server holds the KV cache, and what does it cost?',
+        'It stores the KV cache in fixed-size blocks (16 tokens by default in vLLM), found through a block table '
+        'per request and handed out as tokens arrive, which removed most of the fragmentation: the PagedAttention'
+        ' paper measured 60-80% of KV memory wasted by reserve-for-max allocation and under 4% with paging. The '
+        'block then became the unit of everything built on top: prefix hashing, sharing with copy-on-write, '
+        'offload to CPU memory and KV transfer between prefill and decode. Its costs are one more indirection in '
+        'the attention kernel and a block size to choose: small blocks reuse more finely but make every transfer '
+        'tiny.',
+        'did you name the block table and allocation on demand, say what the block made possible afterwards, and '
+        "give both costs (the kernel's indirection and the block-size trade-off)?"),
+    StaffQuestion(
+        'prefix-caching', 'Prefix caching', '03_scheduler.ipynb',
+        'How does prefix caching find a cached prefix, and what keeps its hit rate high in production?',
+        "Every full block is hashed over its parent's hash and its own tokens, so one hash stands for the whole "
+        'prefix up to that block; a new request walks its chain of hashes and reuses the longest cached run. The '
+        'operational work is protecting the hit rate: stable prompt templates with the dynamic parts (timestamps,'
+        ' user ids) at the end, routing that keeps a session on the replica holding its prefix, and hit rate '
+        'tracked as a first-class SLO signal.',
+        'did you explain why one early change misses every later block (the chain), and name at least two ways to'
+        ' protect the hit rate: template order, cache-aware routing, monitoring?'),
+    StaffQuestion(
+        'scheduling', 'Scheduling', '03_scheduler.ipynb',
+        "Long document prompts make chat users' token streams stutter. What is the dial, and why does priority "
+        'scheduling alone not fix it?',
+        'The per-step token budget is the main latency-throughput dial: a bigger budget finishes prefills sooner,'
+        ' a smaller one bounds the step time that every decode waits on. With FIFO chunked prefill one long '
+        'prompt can take the whole budget step after step and hold short turns back; capping the prefill tokens '
+        'one request may take per step (long_prefill_token_threshold) bounds its share. Priority scheduling alone'
+        ' does not help, because a prefill that is already running keeps consuming budget every step.',
+        'did you name both knobs (the budget and the per-request cap), say which way each moves TTFT and ITL, and'
+        ' why a running prefill defeats priorities?'),
+    StaffQuestion(
+        'disaggregation', 'Disaggregation', '04_roofline.ipynb',
+        'When would you put prefill and decode on separate GPU pools, and how would you run them?',
+        'Disaggregation runs prefill and decode in pools that scale independently, each with its own parallelism '
+        'and kernels, and prefills stop interrupting decodes. It shapes latency; on its own it does not raise '
+        "throughput (vLLM's documentation says so). The KV transfer becomes a networking problem: 10K tokens of "
+        'Llama-70B are about 3.3 GB, about 65 ms at 50 GB/s unless sent layer by layer. So I would rate-match the'
+        ' pools with saturation sweeps and autoscale each on its own signal: queue length and TTFT for prefill, '
+        'KV usage and ITL for decode. It pays for long prompts at scale and MoE deployments, not for short '
+        'prompts or small fleets.',
+        'did you say it buys latency control rather than throughput, size the KV transfer, and give each pool its'
+        ' own scaling signal?'),
+    StaffQuestion(
+        'speculative-decoding', 'Speculative decoding', '04_roofline.ipynb',
+        'Your team wants speculative decoding on everywhere. What do you say?',
+        "It spends decode's idle compute to emit several tokens per read of the weights, and rejection sampling "
+        "keeps the output distribution exactly the target model's. Whether it pays depends on load: verification "
+        'is only nearly free while decode is memory-bound. Llama-3-70B on four H100s with a draft model ran 1.5x '
+        'faster at QPS 1 and 1.4x slower at high QPS, where batches are already compute-bound. So I would gate it'
+        ' by load and by route: on for latency-sensitive routes and the decode pool, acceptance rate watched per '
+        'draft position, and TPOT benchmarked at real concurrency, never only at QPS 1.',
+        'did you say why it is lossless, why it stops paying under load (compute-bound batches), and how you '
+        'would gate and measure it?'),
+    StaffQuestion(
+        'quantization', 'Quantization', '09_serving_tradeoffs.ipynb',
+        'Which quantization scheme would you ship for a model, and what must it pass first?',
+        'I match the scheme to the bottleneck at the operating point. Weight-only 4-bit (W4A16, with mixed-input '
+        'kernels such as Marlin or Machete) moves the fewest bytes, so it wins latency-bound small batches; FP8 '
+        'W8A8 runs on FP8 tensor cores at twice the BF16 peak, so it wins compute-bound throughput (Hopper or Ada'
+        ' needed). Nothing ships without two gates on our own workload: accuracy against the BF16 baseline, '
+        'broken out by task and context length, with tool-call and JSON validity checked; and performance at real'
+        ' concurrency.',
+        'did you tie each scheme to a bound (bytes at small batch, FLOPs at large), and name both gates, accuracy'
+        ' by task and context length and speed at real load?'),
+    StaffQuestion(
+        'reload-or-recompute', 'Reload or recompute', '09_serving_tradeoffs.ipynb',
+        "A prefix's KV cache has been pushed out of GPU memory to the CPU. Do you copy it back or recompute it?",
+        'Compare the transfer time with the prefill time. For Llama-3.1-8B, 10K tokens of KV are about 1.3 GB: '
+        'roughly 26 ms from CPU memory, against about 0.3 s to recompute on an H100, so reloading wins about '
+        'tenfold, and the gap widens with context because the copy grows linearly while prefill adds a quadratic '
+        'attention term. The copy runs on the DMA engines, so it does not take SMs from the model. Below a few '
+        'hundred tokens fixed overheads dominate and recomputing is simpler.',
+        'did you put numbers on both sides (bytes over the link, FLOPs on the GPU), say which way the gap moves '
+        'with length, and where recomputing is the better choice?'),
+    StaffQuestion(
+        'through-line', 'The through-line', '10_review.ipynb',
+        'A service you have never seen is too slow or too expensive. How do you start?',
+        'By naming the resource that bounds it before choosing a technique: measure where the time goes and put '
+        'each phase on its roofline. If KV memory limits the batch, page it, cache and share prefixes, offload it'
+        ' or shrink it (GQA, FP8 KV); if decode is bandwidth-bound, batch more, quantize the weights, or '
+        'speculate; if prefill or big batches are compute-bound, chunk prefills, disaggregate, or move to FP8; if'
+        ' GPUs wait on each other, check busbw against the link and keep tensor parallelism on NVLink; if small '
+        'fixed costs dominate, cut rounds (trees, one-shot all-reduce) and fuse kernels. Then measure again at '
+        'real concurrency, since fixing one bound exposes the next.',
+        'did you start by measuring, name a bound before a technique, cover all four resources, and end with '
+        'measuring again?'),
+)
+"""The seven staff answers (paging to reload or recompute, in the order the course teaches them),
+then the question the whole course builds towards."""
+
+
+def staff_question(key: str) -> StaffQuestion:
+    """The staff question named ``key``; the error lists the known keys."""
+    for question in STAFF_QUESTIONS:
+        if question.key == key:
+            return question
+    raise KeyError(f"No staff question {key!r}; choose one of {[q.key for q in STAFF_QUESTIONS]}.")

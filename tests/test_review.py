@@ -66,3 +66,16 @@ def test_a_row_refuses_an_unknown_resource_or_a_lesson_of_another_module():
         review.Bound("01", "x", "01_paging.ipynb", "compute", "", "")
     with pytest.raises(ValueError, match="01_\\*.ipynb"):
         review.Bound("01", "x", "02_batching.ipynb", review.LATENCY, "", "")
+
+
+def test_the_staff_questions_are_the_seven_techniques_then_the_through_line():
+    keys = [q.key for q in review.STAFF_QUESTIONS]
+    assert keys == ["paging", "prefix-caching", "scheduling", "disaggregation", "speculative-decoding",
+                    "quantization", "reload-or-recompute", "through-line"]
+    for q in review.STAFF_QUESTIONS:
+        assert (QUIZ_DIR / q.lesson.replace(".ipynb", ".yaml")).exists(), q.lesson
+        assert q.question.endswith("?") and q.answer and q.compare.startswith("did you")
+    assert review.staff_question("paging").lesson == "01_paging.ipynb"
+    assert "1.3 GB" in review.staff_question("reload-or-recompute").answer
+    with pytest.raises(KeyError, match="choose one of"):
+        review.staff_question("sharding")
