@@ -8,7 +8,7 @@ from course_lib.grading.task import Task
 
 MODULES = {"01_paging": "paging", "02_batching": "batching", "03_scheduler": "scheduler", "04_roofline": "roofline",
            "05_collectives": "collectives", "06_ring_vs_tree": "ring_vs_tree", "07_nccl_topology": "nccl_topology",
-           "08_fused_tp": "fused_tp"}
+           "08_fused_tp": "fused_tp", "09_serving_tradeoffs": "serving_tradeoffs"}
 
 
 def exercise_tasks(exercise: str) -> tuple[Task, ...]:
