@@ -264,6 +264,11 @@ def _int4_hint(case: Case, expected: Any, got: Any) -> str | None:
             if torch.allclose(scales[~zero_group], unwidened[~zero_group], rtol=1e-5):
                 return ("widen each group's range to include 0: lo = min(min w, 0), hi = max(max w, 0), so that "
                         "the zero point is a whole number in 0..15 and 0.0 comes back exactly")
+        if groups > 1 and torch.allclose(scales, scales[:1, :1].expand_as(scales), rtol=1e-6):
+            return (f"one scale per group, not one for the whole tensor: each group of {group_size} weights along "
+                    "a row gets its own max (or range)")
+        if groups > 1 and torch.allclose(scales, scales[:, :1].expand_as(scales), rtol=1e-6):
+            return f"one scale per group of {group_size} along each row, not one per row"
         ratio = (scales / want_scales).flatten()
         if torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4):
             shown = ratio[0].item()
@@ -278,7 +283,8 @@ def _int4_hint(case: Case, expected: Any, got: Any) -> str | None:
         s = want_scales[..., None]
         x = (w / s).reshape(rows, cols)
         offset = 0 if symmetric else torch.tensor(expected["zeros"]).double().repeat_interleave(group_size, dim=1)
-        if torch.equal(codes, torch.floor(x) + offset) or torch.equal(codes, torch.trunc(x) + offset):
+        mostly = lambda other: (codes == other).double().mean() > 0.95  # noqa: E731 - float32 may differ at the max
+        if mostly(torch.floor(x) + offset) or mostly(torch.trunc(x) + offset):
             return ("round to the nearest code (torch.round), not floor or int(): rounding keeps every error "
                     "within scale / 2")
         return "codes = round(w / scale)" + ("" if symmetric else " + zero, clamped to 0..15")
@@ -454,21 +460,22 @@ def _step_time(model, gpu, name: str, batch: int, context_len: int, *, memory_ro
     return max(roofs) + (eff.overhead_s if overhead else 0.0)
 
 
-SCHEME_MISTAKES = (  # (switches, what the hint says)
+SCHEME_MISTAKES = (  # (switches, what the hint says), the most specific first
+    ({"all_params": False}, "every parameter is read once per step, all experts of a mixture included: "
+                            "model.num_params for the bytes (active_params for the FLOPs)"),
+    ({"scale_bits": False}, "W4A16 also stores one 16-bit scale per 128 weights: (4 + 16/128) / 8 = 0.515625 "
+                            "bytes per weight"),
+    ({"kv": False}, "add the KV cache, read for the context_len + 1 tokens and written for the new one: KV bytes "
+                    "per token (bf16) x (context_len + 2) x batch"),
+    ({"attention_bf16": False}, "attention runs against the bf16 KV cache on the bf16 roof in every scheme; only "
+                                "the linear layers use fp8 tensor cores"),
     ({"overhead": False}, "add the fixed per-step overhead, Efficiency().overhead_s = 0.5 ms"),
+    ({"efficiency": False}, "divide by the shares of the peaks an engine reaches: 0.5 of the FLOP/s, 0.8 of the "
+                            "HBM bandwidth"),
     ({"memory_roof": False}, "a step's time is max(compute, memory) + overhead: FLOPs alone miss that decode is "
                              "bound by the bytes it reads"),
     ({"compute_roof": False}, "a step's time is max(compute, memory) + overhead: at large batches the compute "
                               "roof takes over"),
-    ({"scale_bits": False}, "W4A16 also stores one 16-bit scale per 128 weights: (4 + 16/128) / 8 = 0.515625 "
-                            "bytes per weight"),
-    ({"kv": False}, "add the KV cache, read for the context_len + 1 tokens and written for the new one: KV bytes per token (bf16) x (context_len + 2) x batch"),
-    ({"all_params": False}, "every parameter is read once per step, all experts of a mixture included: "
-                            "model.num_params for the bytes (active_params for the FLOPs)"),
-    ({"attention_bf16": False}, "attention runs against the bf16 KV cache on the bf16 roof in every scheme; only "
-                                "the linear layers use fp8 tensor cores"),
-    ({"efficiency": False}, "divide by the shares of the peaks an engine reaches: 0.5 of the FLOP/s, 0.8 of the "
-                            "HBM bandwidth"),
 )
 
 
@@ -488,6 +495,8 @@ def _scheme_cases() -> list[Case]:
         case("Llama-3.1-8B", "H100-80GB", 4096,
              why="context 1024: every sequence's KV read keeps the 8B memory-bound, W4A16 wins even at 4096"),
         case("Llama-3.1-8B", "H100-80GB", 128, 128, why="short contexts: the 8B crosses over too"),
+        case("Llama-3.1-8B", "H100-80GB", 512, 128,
+             why="a compute-bound FP8-W8A8 step: linear layers on fp8 tensor cores, attention on bf16 ones"),
         case("Mixtral-8x7B", "H200-141GB", 1024,
              why="a mixture of experts reads every expert but multiplies by the active ones"),
         case("Llama-3.1-70B", "L4-24GB", 300, why="L4: fp8 tensor cores at 300 GB/s, one below its crossover"),
