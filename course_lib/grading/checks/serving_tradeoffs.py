@@ -50,6 +50,7 @@ from course_lib.perf.quant_cost import (SCHEMES, best_scheme, crossover_batch, d
 from course_lib.perf.roofline import Efficiency
 from course_lib.quant import int4
 
+OTHER_SEED = 1000  # the course's codes handed to the learner's dequantize_int4 are of the weight of seed + this
 TIE_MARGIN = 2e-3  # no w / scale (or zero point) this close to k + 1/2
 FLOAT32 = Rule(rel_tol=1e-5, abs_tol=1e-8)  # weights are ~1e-2: a quantization step is ~1e-3
 TIMES = Rule(rel_tol=1e-6, abs_tol=1e-12)
@@ -94,7 +95,7 @@ def _tie_elements(w: torch.Tensor, group_size: int, symmetric: bool) -> torch.Te
     return bad.reshape(n, k)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=128)
 def _case_weight(rows: int, cols: int, group_size: int, symmetric: bool, kind: str, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     size = 0.02 * torch.exp(0.5 * torch.randn(rows, 1, generator=generator, dtype=torch.float64))
@@ -143,8 +144,9 @@ def int4_expected(rows: int, cols: int, group_size: int, symmetric: bool, kind: 
         return "raises ValueError"
     codes, scales, zeros, dequantized = course_int4(case_weight(rows, cols, group_size, symmetric, kind, seed),
                                                     group_size, symmetric)
+    other = course_int4(case_weight(rows, cols, group_size, symmetric, kind, seed + OTHER_SEED), group_size, symmetric)
     return {"codes": codes.tolist(), "scales": scales.tolist(), "zeros": None if zeros is None else zeros.tolist(),
-            "round trip": dequantized.tolist(), "dequantized from the course's codes": dequantized.tolist()}
+            "round trip": dequantized.tolist(), "dequantized from the course's codes": other[3].tolist()}
 
 
 def _three(result: Any) -> tuple:
@@ -174,8 +176,8 @@ def _int4_call(quantize: Callable, rows: int, cols: int, group_size: int, symmet
     dequantize = _dequantizer(quantize)
     codes, scales, zeros = _three(quantize(weight, group_size, symmetric))
     round_trip = dequantize(codes, scales, zeros, group_size)
-    ours, our_scales, our_zeros, _ = course_int4(case_weight(rows, cols, group_size, symmetric, kind, seed),
-                                                 group_size, symmetric)
+    other = case_weight(rows, cols, group_size, symmetric, kind, seed + OTHER_SEED)  # not the weight just quantized
+    ours, our_scales, our_zeros, _ = course_int4(other, group_size, symmetric)
     return {"codes": codes, "scales": scales, "zeros": zeros, "round trip": round_trip,
             "dequantized from the course's codes": dequantize(ours, our_scales, our_zeros, group_size)}
 
