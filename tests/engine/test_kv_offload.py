@@ -266,3 +266,15 @@ def test_tensor_parallel_ranks_offload_and_reload_their_own_shards(tiny_model):
             assert tuple(b.outputs[0].token_ids) == reference(tiny_model, tuple(LONG), 6)
         assert llm.kv_cache_manager.prefix_cache_stats.cpu_hit_tokens == 96
     assert hash_request_blocks(LONG, 16)[0] in expected.kv_cache_manager.offload.cached
+
+
+def test_the_returning_prompt_benchmark_reports_each_tier():
+    from course_lib.engine.offload_benchmark import MODES, returning_prompt_ttft
+
+    lines = []
+    result = returning_prompt_ttft(prompt_tokens=64, repeats=2, progress=lines.append)
+    assert len(lines) == 2 and all(len(result.ttft_s[mode]) == 2 for mode in MODES)
+    assert (result.gpu_hit_tokens, result.cpu_hit_tokens) == (
+        {"gpu hit": 48, "cpu reload": 0, "recompute": 0}, {"gpu hit": 0, "cpu reload": 48, "recompute": 0})
+    assert result.computed_tokens == {"gpu hit": 16, "cpu reload": 16, "recompute": 64}
+    assert result.same_first_token and result.reload_speedup > 0 and "cpu reload" in result.table()
