@@ -24,11 +24,13 @@ chain), so one tenant's offloaded blocks can never serve another tenant's lookup
 
 How vLLM V1 differs: its CPU offloading (the ``OffloadingConnector`` KV connector, configured by
 ``kv_transfer_config`` with ``num_cpu_blocks`` / ``cpu_bytes_to_use``, or ``--kv-offloading-size``
-in GiB) *stores* every full block to CPU as soon as it is computed, on separate CUDA streams
-that overlap the forward passes, rather than waiting for eviction as here; it also keeps the CPU
-side in LRU order and loads on a GPU prefix-cache miss, but asynchronously: the request waits
-for its blocks while others run. Here copies are synchronous, inside the step that needs them,
-and only blocks that are actually evicted cost a copy.
+in GiB with ``--kv-offloading-backend native``) *stores* each full block to CPU soon after it is
+computed, on separate CUDA streams that overlap the forward passes, instead of waiting for the
+block's eviction as here. Like this tier it looks up the CPU side on a GPU prefix-cache miss and
+evicts there in LRU order (ARC is an option), but it loads asynchronously: the request waits
+for its blocks while other requests run. Here every copy is synchronous, inside the step that
+needs it; only blocks that are actually evicted cost a GPU->CPU copy, but that copy is paid at
+eviction time, by whichever step reuses the block.
 """
 
 from __future__ import annotations
