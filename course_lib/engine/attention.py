@@ -11,6 +11,10 @@ Decoding requests (one new token each) are sorted by context length and attended
 padded buckets, so a short request never pays for the longest one's padding. Requests with a
 few new tokens (a speculative verification: the last token plus k drafts, or a short prefill
 chunk) are bucketed the same way, padded to the bucket's longest query with a causal mask.
+
+An fp8 cache (``torch.float8_e4m3fn``, ``LLM(kv_cache_dtype="fp8")``) stores ``x / scale`` rounded
+to e4m3 and is read back as ``code * scale`` in the queries' dtype (``course_lib/quant/kv_fp8.py``);
+``kv_scales`` is the layer's ``(k_scale, v_scale)``, 1.0 each when not given.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from course_lib.quant.kv_fp8 import dequantize_fp8, is_fp8, quantize_fp8
 
 DECODE_BUCKET = 8  # decoding requests per padded attention call
 SHORT_QUERY = 8  # requests with 2..SHORT_QUERY new tokens share padded calls too
@@ -64,11 +70,13 @@ class AttentionMetadata:
     prefills: list[PrefillGroup]
     short: list[ShortQueryBucket] = field(default_factory=list)
 
-    def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        write_kv(kv_cache, k, v, self.slot_mapping)
+    def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              kv_scales: tuple[float, float] | None = None) -> None:
+        write_kv(kv_cache, k, v, self.slot_mapping, kv_scales)
 
-    def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float) -> torch.Tensor:
-        return paged_attention(q, kv_cache, self, scale)
+    def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float,
+               kv_scales: tuple[float, float] | None = None) -> torch.Tensor:
+        return paged_attention(q, kv_cache, self, scale, kv_scales)
 
 
 def pad_block_tables(tables: list[list[int]], device, dtype: torch.dtype = torch.long) -> torch.Tensor:
@@ -122,8 +130,12 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
     )
 
 
-def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Store new keys/values ``[N, kv_heads, head_dim]`` at their slots."""
+def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor,
+             kv_scales: tuple[float, float] | None = None) -> None:
+    """Store new keys/values ``[N, kv_heads, head_dim]`` at their slots (quantized for an fp8 cache)."""
+    if is_fp8(kv_cache):
+        k_scale, v_scale = kv_scales or (1.0, 1.0)
+        k, v = quantize_fp8(k, k_scale), quantize_fp8(v, v_scale)
     kv_cache[0].view(-1, *k.shape[1:])[slot_mapping] = k
     kv_cache[1].view(-1, *v.shape[1:])[slot_mapping] = v
 
@@ -135,22 +147,33 @@ def _attend(q, k, v, mask, scale):
     return out.transpose(1, 2)
 
 
-def _gather(kv_cache: torch.Tensor, block_tables: torch.Tensor):
-    """Keys and values ``[B, blocks * block_size, kv_heads, head_dim]`` of whole blocks."""
+def _gather(kv_cache: torch.Tensor, block_tables: torch.Tensor, dtype: torch.dtype,
+            kv_scales: tuple[float, float] | None = None):
+    """Keys and values ``[B, blocks * block_size, kv_heads, head_dim]`` of whole blocks, in ``dtype``
+    (an fp8 cache dequantized)."""
     kv = kv_cache[:, block_tables]  # [2, B, blocks, block_size, kv_heads, head_dim]
-    return kv[0].flatten(1, 2), kv[1].flatten(1, 2)
+    k, v = kv[0].flatten(1, 2), kv[1].flatten(1, 2)
+    if is_fp8(kv_cache):
+        k_scale, v_scale = kv_scales or (1.0, 1.0)
+        k, v = dequantize_fp8(k, k_scale, dtype), dequantize_fp8(v, v_scale, dtype)
+    return k, v
 
 
-def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+                    kv_scales: tuple[float, float] | None = None) -> torch.Tensor:
     """Causal attention of new queries ``[N, heads, head_dim]`` over each request's cached context."""
     out = torch.empty_like(q)
+
+    def gather(tables):
+        return _gather(kv_cache, tables, q.dtype, kv_scales)
+
     for bucket in meta.decodes:
-        attended = _attend(q[bucket.rows].unsqueeze(1), *_gather(kv_cache, bucket.block_tables), bucket.mask, scale)
+        attended = _attend(q[bucket.rows].unsqueeze(1), *gather(bucket.block_tables), bucket.mask, scale)
         out[bucket.rows] = attended.squeeze(1)
     for bucket in meta.short:
-        attended = _attend(q[bucket.rows], *_gather(kv_cache, bucket.block_tables), bucket.mask, scale)
+        attended = _attend(q[bucket.rows], *gather(bucket.block_tables), bucket.mask, scale)
         out[bucket.rows[bucket.valid]] = attended[bucket.valid]
     for group in meta.prefills:
         rows = slice(group.start, group.start + group.num_queries)
-        out[rows] = _attend(q[rows].unsqueeze(0), *_gather(kv_cache, group.block_tables), group.mask, scale)[0]
+        out[rows] = _attend(q[rows].unsqueeze(0), *gather(group.block_tables), group.mask, scale)[0]
     return out

@@ -19,6 +19,14 @@ decoder is replaced by its quantized form before serving (a model object passed 
 first); ``quantization_summary`` says what was replaced and the bytes saved. "int4" is group-wise
 with groups of 128, the last group of a row shorter where the width does not divide by 128.
 
+With ``kv_cache_dtype="fp8"`` (vLLM's option; default "auto" = the model's dtype) the paged KV
+cache holds float8 e4m3: one byte per element, so the same memory holds 2x the blocks of bf16 (4x
+of float32), which ``_default_num_blocks`` counts. Each layer's ``k_scale`` / ``v_scale`` are
+calibrated once at start-up (``course_lib/quant/kv_fp8.py``: amax over a few training-corpus windows,
+/ 200 for K and / 100 for V) and kept on the model's attention layers (``kv_scales``; a model object
+passed in is copied first). It runs on the PyTorch attention backend (the default then; an explicit
+``attention_backend="triton"`` is refused), at ``tensor_parallel_size=1``, with or without ``quantization``.
+
 With ``kv_offload_blocks=N`` (a KV offload tier of N CPU blocks, ``engine/kv_offload.py``), prefix-cache
 blocks evicted from the GPU pool are copied to CPU memory (LRU there) and a later prefix hit on
 them is reloaded instead of recomputed. ``kv_cache_manager.prefix_cache_stats`` counts hits by tier
@@ -51,6 +59,7 @@ from course_lib.models.loader import load_model
 from course_lib.models.tensor_parallel_llama import check_tensor_parallel_size
 from course_lib.models.tokenizer import ByteTokenizer
 from course_lib.perf.kv import kv_bytes_per_token
+from course_lib.quant.kv_fp8 import TRITON_FP8_REFUSAL, calibrate_kv_scales, kv_cache_torch_dtype, set_kv_scales_
 from course_lib.quant.linear import quantize_model_
 
 QUANTIZATION_OPTIONS = {"int4": {"group_size": 128, "pad_k": True}}  # per scheme: quantize_model_'s options
@@ -94,6 +103,7 @@ class LLM:
         tensor_parallel_size: int = 1,
         distributed_timeout_s: float = 60.0,
         quantization: str | None = None,
+        kv_cache_dtype: str = "auto",
         kv_offload_blocks: int | None = None,
     ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -108,12 +118,23 @@ class LLM:
         if quantization is not None and tensor_parallel_size != 1:
             raise ValueError("This engine quantizes with tensor_parallel_size=1 only; drop quantization or "
                              "tensor_parallel_size.")
+        kv_dtype = kv_cache_torch_dtype(kv_cache_dtype, dtype)  # refuses a bad value before any work
+        fp8_cache = kv_cache_dtype != "auto"
+        if fp8_cache and tensor_parallel_size != 1:
+            raise ValueError('This engine runs kv_cache_dtype="fp8" with tensor_parallel_size=1 only; drop '
+                             "kv_cache_dtype or tensor_parallel_size.")
+        if fp8_cache and attention_backend == "triton":
+            raise ValueError(TRITON_FP8_REFUSAL)
         if isinstance(model, str):
             model, tokenizer = load_model(model, dtype=dtype, device=load_device)
-        elif quantization is not None:
+        elif quantization is not None or fp8_cache:
             model = copy.deepcopy(model)  # the caller's model stays as it was
         self.quantization_summary = None if quantization is None else quantize_model_(
             model, quantization, **QUANTIZATION_OPTIONS.get(quantization, {}))
+        self.kv_cache_dtype = kv_cache_dtype
+        kv_dtype = next(model.parameters()).dtype if not fp8_cache else kv_dtype  # "auto": the model's own
+        set_kv_scales_(model, calibrate_kv_scales(model) if fp8_cache else None)  # of the model as served
+        self.kv_scales = [layer.self_attn.kv_scales for layer in model.model.layers] if fp8_cache else None
         if tensor_parallel_size != 1:
             check_tensor_parallel_size(model.config, tensor_parallel_size)
             _check_tensor_parallel_devices(model, device, tensor_parallel_size)
@@ -124,7 +145,8 @@ class LLM:
             raise ValueError(f"max_model_len={max_model_len} exceeds the model's {limit} positions; lower it.")
         if num_gpu_blocks is None:
             num_gpu_blocks = self._default_num_blocks(load_device, gpu_memory_utilization, block_size,
-                                                      max_num_seqs, max_model_len)
+                                                      max_num_seqs, max_model_len,
+                                                      torch.empty((), dtype=kv_dtype).element_size())
         if num_gpu_blocks * block_size < max_model_len:
             raise ValueError(
                 f"A KV cache of {num_gpu_blocks} blocks x {block_size} tokens cannot hold one request of "
@@ -142,9 +164,10 @@ class LLM:
         self.scheduler = Scheduler(self.scheduler_config, self.kv_cache_manager, num_cpu_blocks)
         # Triton kernels where they compile and pass a probe step, else PyTorch (see engine/backend.py).
         if tensor_parallel_size == 1:
-            self.attention_backend = resolve_attention_backend(attention_backend, model, block_size)
+            self.attention_backend = resolve_attention_backend("torch" if fp8_cache else attention_backend, model,
+                                                               block_size)
             self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend,
-                                      kv_offload_blocks)
+                                      kv_offload_blocks, kv_cache_dtype=kv_dtype)
         else:  # each rank resolves the backend on its own device; a setting that cannot work fails here
             if attention_backend not in (None, *ATTENTION_BACKENDS):
                 raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {attention_backend!r}.")
@@ -164,13 +187,13 @@ class LLM:
         self._ids = itertools.count()
 
     def _default_num_blocks(self, device: str, utilization: float, block_size: int, max_num_seqs: int,
-                            max_model_len: int) -> int:
+                            max_model_len: int, kv_itemsize: int | None = None) -> int:
         """On CUDA, what ``gpu_memory_utilization`` leaves after the weights (less a 10% activation
-        reserve); on the CPU, and with tensor parallelism, enough for ``max_num_seqs`` full-length
-        requests."""
+        reserve), in blocks of ``kv_itemsize``-byte elements (default the model's: 1 for an fp8 cache);
+        on the CPU, and with tensor parallelism, enough for ``max_num_seqs`` full-length requests."""
         if not device.startswith("cuda"):
             return -(-max_num_seqs * max_model_len // block_size)
-        c, itemsize = self.model.config, next(self.model.parameters()).element_size()
+        c, itemsize = self.model.config, kv_itemsize or next(self.model.parameters()).element_size()
         block_bytes = block_size * kv_bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, itemsize)
         total = torch.cuda.get_device_properties(device).total_memory
         budget = utilization * total - torch.cuda.memory_allocated(device)

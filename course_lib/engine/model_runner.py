@@ -112,10 +112,12 @@ def sample_step(logits: torch.Tensor, step: ModelInput,
 class ModelRunner:
     """The model and its paged KV cache on one device: ``[2, num_blocks, block_size, kv_heads,
     head_dim]`` per layer, where kv_heads are the model's attention layers' own (a tensor-parallel
-    shard's share)."""
+    shard's share), in ``kv_cache_dtype`` (default the model's; ``torch.float8_e4m3fn`` for an fp8
+    cache, whose per-layer scales the attention layers carry as ``kv_scales``)."""
 
     def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int, num_cpu_blocks: int = 0,
-                 attention_backend: str = "torch", num_offload_blocks: int = 0) -> None:
+                 attention_backend: str = "torch", num_offload_blocks: int = 0,
+                 kv_cache_dtype: torch.dtype | None = None) -> None:
         self.model = model
         self.block_size = block_size
         param = next(model.parameters())
@@ -123,9 +125,10 @@ class ModelRunner:
         attn = model.model.layers[0].self_attn
         shape = (2, num_blocks, block_size, attn.num_kv_heads, attn.head_dim)
         layers = model.config.num_hidden_layers
-        self.kv_caches = [torch.zeros(shape, dtype=param.dtype, device=param.device) for _ in range(layers)]
+        dtype = kv_cache_dtype or param.dtype
+        self.kv_caches = [torch.zeros(shape, dtype=dtype, device=param.device) for _ in range(layers)]
         cpu_shape = (2, num_cpu_blocks, *shape[2:])
-        self.cpu_caches = [torch.zeros(cpu_shape, dtype=param.dtype) for _ in range(layers)] if num_cpu_blocks else []
+        self.cpu_caches = [torch.zeros(cpu_shape, dtype=dtype) for _ in range(layers)] if num_cpu_blocks else []
         self.device = param.device
         # The KV offload tier's CPU blocks: tensors of their own, apart from the swap space above.
         self.offload_caches = [torch.zeros((2, num_offload_blocks, *shape[2:]), dtype=kv.dtype)

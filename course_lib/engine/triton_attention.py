@@ -3,6 +3,9 @@
 Same contract as the PyTorch backend in ``attention.py``: metadata built once per step, then
 ``write`` and ``attend`` per layer. Decoding requests go through the decode kernel in one
 launch; requests with several new tokens (prefill chunks) through the prefill kernel.
+
+The kernels read and write caches in the model's dtype only: an fp8 cache
+(``kv_cache_dtype="fp8"``) is refused here, and ``LLM`` runs it on the PyTorch backend.
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from course_lib.kernels.paged_attention import (
     paged_decode_attention,
     paged_prefill_attention,
 )
+from course_lib.quant.kv_fp8 import TRITON_FP8_REFUSAL, is_fp8
+
+
+def _refuse_fp8(kv_cache: torch.Tensor) -> None:
+    if is_fp8(kv_cache):
+        raise ValueError(TRITON_FP8_REFUSAL)
 
 
 @dataclass
@@ -61,10 +70,14 @@ class TritonAttentionMetadata:
             prefill_max_query_len=max((query_lens[r] for r in prefill), default=0),
         )
 
-    def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              kv_scales: tuple[float, float] | None = None) -> None:
+        _refuse_fp8(kv_cache)
         write_kv_cache(k, v, kv_cache[0], kv_cache[1], self.slot_mapping)
 
-    def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float,
+               kv_scales: tuple[float, float] | None = None) -> torch.Tensor:
+        _refuse_fp8(kv_cache)
         out = torch.empty_like(q)
         if len(self.decode_rows):
             out[self.decode_rows] = paged_decode_attention(q[self.decode_rows], kv_cache[0], kv_cache[1],

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.engine.attention import AttentionMetadata
+from course_lib.quant.kv_fp8 import fake_quantize_fp8
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class LlamaAttention(nn.Module):
         super().__init__()
         hd, h, kvh = config.head_dim, config.num_attention_heads, config.num_key_value_heads
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
+        # (k_scale, v_scale) of an fp8 KV cache (course_lib/quant/kv_fp8.py), or None: the paged path
+        # passes them to the cache write and read; the dense path rounds K and V through e4m3 with them.
+        self.kv_scales: tuple[float, float] | None = None
         self.q_proj = nn.Linear(config.hidden_size, h * hd, bias=False)
         self.k_proj = nn.Linear(config.hidden_size, kvh * hd, bias=False)
         self.v_proj = nn.Linear(config.hidden_size, kvh * hd, bias=False)
@@ -116,7 +120,10 @@ class LlamaAttention(nn.Module):
 
     def forward_dense(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """x: [B, T, hidden]; full causal attention within each row."""
-        q, k, v = (t.transpose(1, 2) for t in self._qkv(x, rope))  # [B, heads, T, hd]
+        q, k, v = self._qkv(x, rope)
+        if self.kv_scales is not None:  # what an fp8 KV cache stores and gives back
+            k, v = fake_quantize_fp8(k, self.kv_scales[0]), fake_quantize_fp8(v, self.kv_scales[1])
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, hd]
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).flatten(-2))
 
@@ -124,8 +131,8 @@ class LlamaAttention(nn.Module):
                 metadata: AttentionMetadata) -> torch.Tensor:
         """x: [N, hidden] new tokens; their K/V are written to ``kv_cache`` before attending."""
         q, k, v = self._qkv(x, rope)
-        metadata.write(kv_cache, k, v)
-        out = metadata.attend(q, kv_cache, 1.0 / math.sqrt(self.head_dim))
+        metadata.write(kv_cache, k, v, self.kv_scales)
+        out = metadata.attend(q, kv_cache, 1.0 / math.sqrt(self.head_dim), self.kv_scales)
         return self.o_proj(out.flatten(-2))
 
 

@@ -1,8 +1,9 @@
 """Accuracy gate for quantized tiny-llama: ``python -m course_lib.quant.gate``.
 
-    python -m course_lib.quant.gate                                   # int8, int4-g32, int4-g128, w8a8
+    python -m course_lib.quant.gate                                   # int8, int4-g32, int4-g128, w8a8, kv-fp8
     python -m course_lib.quant.gate --schemes int4-g64 int4-g32-asym --json gate.json
     python -m course_lib.quant.gate --quick                           # a few windows: a smoke test
+    python -m course_lib.quant.gate --schemes kv-fp8                  # the fp8 KV cache alone
 
 Each scheme is compared with the full-precision (float32) tiny-llama on the held-out 10% of its
 corpus (``course_lib.models.train.corpus``), on four metrics:
@@ -24,6 +25,13 @@ corpus (``course_lib.models.train.corpus``), on four metrics:
   ``structure_kept`` = kept / baseline-balanced.
 * a threshold per metric (:data:`DEFAULT_THRESHOLDS`), PASS/FAIL per scheme; the exit status is 1
   when any scheme fails.
+
+Scheme ``kv-fp8`` leaves the weights alone and rounds every layer's K and V through float8 e4m3
+with per-layer scales, exactly as ``LLM(kv_cache_dtype="fp8")`` stores them
+(``course_lib/quant/kv_fp8.py``: scales calibrated on training-corpus windows, amax / 200 for K and
+amax / 100 for V). It is measured separately from the weight schemes, as a row of its own (in the
+default run, or alone with ``--schemes kv-fp8``); its long-context bucket (positions 256-511, the
+most rounded keys per query) is the one to watch.
 
 Sections (the "task mix"), by topic name of ``pydoc_data.topics`` (:func:`section_of`):
 ``statements`` (simple and compound statements: if, while, with, yield, try, import, ...),
@@ -54,9 +62,11 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.models.tokenizer import ByteTokenizer
+from course_lib.quant.kv_fp8 import calibrate_kv_scales, set_kv_scales_
 from course_lib.quant.linear import quantize_model_
 
-DEFAULT_SCHEMES = ("int8", "int4-g32", "int4-g128", "w8a8")
+KV_FP8 = "kv-fp8"  # the fp8 KV cache's rounding, weights untouched
+DEFAULT_SCHEMES = ("int8", "int4-g32", "int4-g128", "w8a8", KV_FP8)
 BUCKETS = ((0, 64), (64, 256), (256, 512))  # position in the window, half-open
 SECTIONS = ("statements", "expressions", "types", "other")
 WINDOW = 512
@@ -65,9 +75,10 @@ CODE_CONTEXT, CODE_NEW_TOKENS = 64, 32
 
 # Defaults chosen from measured numbers (tiny-llama, float32, CPU, the default run; see the table in
 # tests/quant/test_gate.py): int8 and w8a8 move bits/byte by <= 0.003 in every breakdown and int4 g32/g128
-# by <= 0.02; greedy agreement is ~0.9 for int8/w8a8 and ~0.6 for int4 (a 3M-parameter model's greedy
-# path is fragile: one flipped near-tie changes the rest), structure kept >= 0.94. The limits leave
-# margin over int4 and fail a model whose decoder weights are gone by orders of magnitude.
+# by <= 0.02, kv-fp8 by <= 0.005; greedy agreement is ~0.9 for int8/w8a8, 0.74 for kv-fp8 and ~0.6 for int4
+# (a 3M-parameter model's greedy path is fragile: one flipped near-tie changes the rest), structure kept
+# >= 0.94. The limits leave margin over int4 and fail a model whose decoder weights are gone by orders
+# of magnitude.
 DEFAULT_THRESHOLDS = {
     "max_bpb_increase": 0.05,            # overall
     "max_bpb_increase_bucket": 0.10,     # every context-length bucket
@@ -136,17 +147,22 @@ def held_out() -> HeldOut:
 
 
 def prepare(model: torch.nn.Module, scheme: str) -> dict:
-    """Quantize ``model`` in place for a scheme name: int8, w8a8, int4-g<G>[-asym] (pad_k=True), or a
-    CUSTOM_SCHEMES entry. Returns quantize_model_'s summary (or {"scheme": name} for a custom one)."""
+    """Quantize ``model`` in place for a scheme name: int8, w8a8, int4-g<G>[-asym] (pad_k=True), kv-fp8
+    (K and V rounded through e4m3, see the module docstring), or a CUSTOM_SCHEMES entry. Returns
+    quantize_model_'s summary (or {"scheme": name}, with ``kv_scales`` for kv-fp8)."""
     if scheme in CUSTOM_SCHEMES:
         CUSTOM_SCHEMES[scheme](model)
         return {"scheme": scheme}
+    if scheme == KV_FP8:
+        scales = calibrate_kv_scales(model)
+        set_kv_scales_(model, scales)
+        return {"scheme": scheme, "kv_scales": scales}
     if scheme in ("int8", "w8a8"):
         return quantize_model_(model, scheme)
     match = re.fullmatch(r"int4-g(\d+)(-asym)?", scheme)
     if match:
         return quantize_model_(model, "int4", group_size=int(match[1]), symmetric=not match[2], pad_k=True)
-    raise ValueError(f"unknown scheme {scheme!r}: use int8, w8a8, int4-g32/-g64/-g128 (optionally -asym) "
+    raise ValueError(f"unknown scheme {scheme!r}: use int8, w8a8, int4-g32/-g64/-g128 (optionally -asym), {KV_FP8} "
                      f"or one of {sorted(CUSTOM_SCHEMES)}")
 
 
@@ -435,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     """The command line; 0 when every scheme passes, else 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES),
-                        help="int8, w8a8, int4-g32/-g64/-g128 (add -asym for asymmetric)")
+                        help="int8, w8a8, int4-g32/-g64/-g128 (add -asym for asymmetric), kv-fp8")
     parser.add_argument("--model", default="tiny-llama")
     parser.add_argument("--windows", type=int, default=None, help=f"held-out windows of {WINDOW} tokens")
     parser.add_argument("--continuations", type=int, default=None)
