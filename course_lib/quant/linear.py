@@ -7,8 +7,17 @@ A :class:`QuantizedLinear` is called exactly like the ``nn.Linear`` it replaces 
 * ``"int8"``: weight-only int8, one scale per output channel; the weight is dequantized to the
   activation dtype and multiplied in floating point (a reference path: it saves memory at rest,
   not compute).
-* ``"int4"``: weight-only int4, group-wise along in_features (``group_size``, ``symmetric``);
-  dequantize-then-matmul, again the reference path a fused kernel must match.
+* ``"int4"``: weight-only int4, group-wise along in_features (``group_size``, ``symmetric``). Two
+  matmul paths, chosen per call by the layer's ``kernel`` ("auto", "triton" or "torch"):
+  ``"triton w4a16"``, the fused kernel of ``course_lib/kernels/w4a16.py``, which reads the packed
+  codes and dequantizes in registers (it reads ``Int4Weight``'s layout as ``quantize_int4`` writes
+  it; inputs zero-padded to the padded K of ``pad_k``); and ``"dequantize + F.linear"``, PyTorch's
+  dequantize-then-matmul, the reference the kernel must match. "auto" (the default) takes the kernel
+  for CUDA inputs in float16, bfloat16 or float32 when Triton imports, and PyTorch otherwise (a CPU
+  would run the kernel only in Triton's slow interpreter); "triton" forces the kernel (on a CPU it
+  needs ``TRITON_INTERPRET=1``), "torch" the PyTorch path. ``set_int4_kernel_(model, kernel)`` sets
+  every layer's. The CUDA path is the tested kernel (``tests/kernels/test_w4a16.py``) called on the
+  layer's own buffers; on a CPU the two paths are checked equal under the interpreter.
 * ``"w8a8"``: int8 weights and int8 activations quantized per token at run time; integer matmul
   with int32 accumulation (:func:`course_lib.quant.int8.w8a8_matmul`).
 
@@ -26,6 +35,9 @@ from course_lib.quant.int4 import Int4Weight, check_group_size, dequantize_int4,
 from course_lib.quant.int8 import Int8Weight, dequantize_int8, quantize_int8, w8a8_matmul
 
 SCHEMES = ("int8", "int4", "w8a8")
+INT4_KERNELS = ("auto", "triton", "torch")
+INT4_TRITON, TORCH_PATH = "triton w4a16", "dequantize + F.linear"
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # what the W4A16 kernel takes
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -39,7 +51,7 @@ class QuantizedLinear(nn.Module):
 
     Invariants: ``in_features``/``out_features`` are the original layer's; the bias (if any) stays in
     the original precision; ``forward(x)`` returns ``x.dtype``; ``last_path`` is the matmul path of the
-    latest call ("dequantize + F.linear", "torch._int_mm" or "emulated int32").
+    latest call ("dequantize + F.linear", "triton w4a16", "torch._int_mm" or "emulated int32").
 
     int4 with ``pad_k=True``: when in_features is not a multiple of group_size the weight is padded
     with zero columns up to the next multiple before quantizing, and the dequantized weight is cut
@@ -48,10 +60,11 @@ class QuantizedLinear(nn.Module):
     """
 
     def __init__(self, linear: nn.Linear, scheme: str, group_size: int = 128, symmetric: bool = True,
-                 pad_k: bool = False) -> None:
+                 pad_k: bool = False, kernel: str = "auto") -> None:
         super().__init__()
         if scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+        self.kernel = check_kernel(kernel)  # int4's matmul path: "auto", "triton" or "torch"
         if not isinstance(linear, nn.Linear):
             raise ValueError(f"QuantizedLinear wraps an nn.Linear, got {type(linear).__name__}")
         self.scheme = scheme
@@ -99,13 +112,81 @@ class QuantizedLinear(nn.Module):
         if self.scheme == "w8a8":
             y, self.last_path = w8a8_matmul(x, self.quantized)
             return y if bias is None else y + bias
-        self.last_path = "dequantize + F.linear"
+        if self.scheme == "int4" and int4_path(self.kernel, x) == INT4_TRITON:
+            self.last_path = INT4_TRITON
+            y = self._w4a16(x)
+            return y if bias is None else y + bias
+        self.last_path = TORCH_PATH
         return F.linear(x, self.dequantized_weight(x.dtype), bias)
+
+    def _w4a16(self, x: torch.Tensor) -> torch.Tensor:
+        """The Triton kernel on ``x [..., in_features]``: batch dims flattened into M, K zero-padded
+        to the stored (padded) K, whose extra weight columns are zero codes' columns anyway."""
+        from course_lib.kernels.w4a16 import w4a16_matmul
+
+        rows = x.reshape(-1, self.in_features)
+        padded = self._int4_shape[1]
+        if padded != self.in_features:
+            rows = F.pad(rows, (0, padded - self.in_features))
+        return w4a16_matmul(rows, self.quantized).reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         extra = f", group_size={self.group_size}, symmetric={self.symmetric}" if self.scheme == "int4" else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.scheme!r}{extra}, "
                 f"bias={self.bias is not None}")
+
+
+def check_kernel(kernel: str) -> str:
+    if kernel not in INT4_KERNELS:
+        raise ValueError(f"kernel must be one of {INT4_KERNELS} (int4's matmul path), got {kernel!r}")
+    return kernel
+
+
+def _triton_state() -> tuple[bool, bool]:
+    """(Triton imports, Triton interprets kernels on the CPU)."""
+    try:
+        import triton
+    except ImportError:
+        return False, False
+    return True, bool(triton.knobs.runtime.interpret)
+
+
+def int4_path(kernel: str, x: torch.Tensor) -> str:
+    """The int4 matmul path a layer with ``kernel`` takes for input ``x`` (the module docstring's rule).
+    Forcing "triton" where it cannot run raises ``ValueError`` saying what to change."""
+    if kernel == "torch":
+        return TORCH_PATH
+    available, interprets = _triton_state()
+    if kernel == "auto":
+        return INT4_TRITON if available and x.is_cuda and x.dtype in KERNEL_DTYPES else TORCH_PATH
+    if not available:
+        raise ValueError('kernel="triton" needs the triton package (Linux); use kernel="torch" or "auto".')
+    if not x.is_cuda and not interprets:
+        raise ValueError('kernel="triton" on a CPU needs TRITON_INTERPRET=1 in the environment before Python '
+                         'starts (the slow interpreter); use kernel="auto" or "torch".')
+    if x.dtype not in KERNEL_DTYPES:
+        raise ValueError(f'kernel="triton" takes float16, bfloat16 or float32 inputs, got {x.dtype}; cast the '
+                         'model, or use kernel="auto" or "torch".')
+    return INT4_TRITON
+
+
+def set_int4_kernel_(model: nn.Module, kernel: str) -> int:
+    """Set ``kernel`` on every int4 :class:`QuantizedLinear` of ``model``; returns how many."""
+    check_kernel(kernel)
+    layers = [m for m in model.modules() if isinstance(m, QuantizedLinear) and m.scheme == "int4"]
+    for layer in layers:
+        layer.kernel = kernel
+    return len(layers)
+
+
+def matmul_path(scheme: str, device: torch.device | str, dtype: torch.dtype, kernel: str = "auto") -> str:
+    """The matmul a scheme's layers run for inputs of ``dtype`` on ``device`` (``quantize_model_``'s
+    ``matmul``): w8a8 picks ``torch._int_mm`` or its exact emulation per call by shape."""
+    if scheme == "int4":
+        return int4_path(kernel, torch.empty(0, device=device, dtype=dtype))
+    if scheme == "w8a8":
+        return "torch._int_mm where its shape rules allow, else emulated int32 (see each layer's last_path)"
+    return TORCH_PATH
 
 
 def _targets(model: nn.Module, include_lm_head: bool) -> list[tuple[nn.Module, str, str]]:
@@ -131,23 +212,26 @@ def _tensor_bytes(module: nn.Module) -> int:
 
 
 def quantize_model_(model: nn.Module, scheme: str, *, include_lm_head: bool = False, group_size: int = 128,
-                    symmetric: bool = True, pad_k: bool = False) -> dict:
+                    symmetric: bool = True, pad_k: bool = False, kernel: str = "auto") -> dict:
     """Replace, in place, every ``nn.Linear`` inside the decoder layers (q/k/v/o, gate/up/down) with a
     :class:`QuantizedLinear`; the LM head too if ``include_lm_head``.
 
     By default the LM head and the embeddings (and the norms) stay in full precision, as is common
     practice: they are a small share of a large model's weights and the logits are the most
-    sensitive to error. ``group_size``, ``symmetric`` and ``pad_k`` apply to ``"int4"`` only.
+    sensitive to error. ``group_size``, ``symmetric``, ``pad_k`` and ``kernel`` apply to ``"int4"`` only.
 
     Every layer is checked before any is replaced, so a bad ``group_size`` leaves the model untouched.
     Returns a summary: ``scheme``, ``options``, ``layers_replaced`` (qualified names),
     ``num_layers_replaced``, ``kept_full_precision`` (Linear/Embedding modules left as they were),
     ``bytes_before`` / ``bytes_after`` of the replaced layers (full-precision weight + bias, against
     codes + scales + zeros + bias), ``compression`` (before / after), and ``model_bytes_before`` /
-    ``model_bytes_after`` (every parameter and buffer of the model).
+    ``model_bytes_after`` (every parameter and buffer of the model), and ``matmul``: the path the
+    replaced layers take on the model's device and dtype (:func:`matmul_path`: "triton w4a16" or
+    "dequantize + F.linear" for int4; each layer's ``last_path`` says what its latest call ran).
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+    check_kernel(kernel)
     targets = _targets(model, include_lm_head)
     if scheme == "int4":
         bad = []
@@ -169,12 +253,15 @@ def quantize_model_(model: nn.Module, scheme: str, *, include_lm_head: bool = Fa
     for parent, attr, name in targets:
         linear = getattr(parent, attr)
         before += _tensor_bytes(linear)
-        quantized = QuantizedLinear(linear, scheme, group_size=group_size, symmetric=symmetric, pad_k=pad_k)
+        quantized = QuantizedLinear(linear, scheme, group_size=group_size, symmetric=symmetric, pad_k=pad_k,
+                                    kernel=kernel)
         setattr(parent, attr, quantized)
         after += quantized.nbytes
         replaced.append(name)
     kept = [name for name, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))]
-    options = {"group_size": group_size, "symmetric": symmetric, "pad_k": pad_k} if scheme == "int4" else {}
+    options = ({"group_size": group_size, "symmetric": symmetric, "pad_k": pad_k, "kernel": kernel}
+               if scheme == "int4" else {})
+    param = next(model.parameters())
     return {
         "scheme": scheme,
         "options": {**options, "include_lm_head": include_lm_head},
@@ -186,4 +273,5 @@ def quantize_model_(model: nn.Module, scheme: str, *, include_lm_head: bool = Fa
         "compression": before / after if after else float("nan"),
         "model_bytes_before": model_before,
         "model_bytes_after": sum(_tensor_bytes(m) for m in model.modules()),
+        "matmul": matmul_path(scheme, param.device, param.dtype, kernel),
     }

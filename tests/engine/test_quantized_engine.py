@@ -19,6 +19,10 @@ def test_the_engine_serves_the_quantized_model_with_its_own_greedy_tokens(scheme
     for prompt, output in zip(PROMPTS, outputs):
         ids = llm.tokenizer.encode(prompt)
         assert output.outputs[0].token_ids == greedy_reference(llm.model, ids, GREEDY.max_tokens)
+    if scheme == "int4":  # the W4A16 Triton kernel on CUDA, PyTorch's dequantize + matmul elsewhere
+        expected = "triton w4a16" if torch.cuda.is_available() else "dequantize + F.linear"
+        assert llm.quantization_summary["matmul"] == expected
+        assert llm.model.model.layers[0].mlp.down_proj.last_path == expected
 
 
 def test_a_model_object_is_copied_not_quantized_in_place(tiny_model):
