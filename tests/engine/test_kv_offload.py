@@ -278,3 +278,21 @@ def test_the_returning_prompt_benchmark_reports_each_tier():
         {"gpu hit": 48, "cpu reload": 0, "recompute": 0}, {"gpu hit": 0, "cpu reload": 48, "recompute": 0})
     assert result.computed_tokens == {"gpu hit": 16, "cpu reload": 16, "recompute": 64}
     assert result.same_first_token and result.reload_speedup > 0 and "cpu reload" in result.table()
+
+
+def test_an_fp8_kv_cache_offloads_and_reloads_its_bytes_unchanged():
+    from course_lib.engine.offload_benchmark import corpus_prompts
+
+    long, evicting = corpus_prompts(2, 63)
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    firsts = {}
+    for offload in (None, 4):
+        llm = LLM("tiny-llama", kv_cache_dtype="fp8", num_gpu_blocks=4, max_model_len=64, max_num_seqs=1,
+                  kv_offload_blocks=offload)
+        llm.generate([long, evicting], params)
+        again = llm.generate([long], params)[0]
+        assert again.num_cached_tokens == (48 if offload else 0)
+        if offload:  # the CPU tier holds the fp8 bytes themselves (the scales are per layer, not per block)
+            assert llm.runner.offload_caches[0].dtype == llm.runner.kv_caches[0].dtype == torch.float8_e4m3fn
+        firsts[offload] = again.outputs[0].token_ids
+    assert firsts[None] == firsts[4]
