@@ -5,8 +5,8 @@ kernels only run in Triton's slow interpreter). Before the engine runs the Trito
 ``probe_triton`` pushes one tiny step (a decode, and a three-token chunk after cached context)
 through both backends' ``write`` and ``attend`` at the model's heads, KV heads, head dim, block
 size, dtype and device, and compares the outputs; then split-KV decode (forced to two partitions)
-against its reference. That compiles the kernels the engine will
-launch, so an old GPU, a driver mismatch or a Triton that cannot target the device fails here,
+against its reference; with an fp8 KV cache, on an fp8 cache with scales. That compiles the kernels the
+engine will launch, so an old GPU, a driver mismatch or a Triton that cannot target the device fails here,
 not in the middle of ``generate``.
 
 * Default, and the probe fails: one ``AttentionBackendFallback`` warning that names the error and
@@ -47,9 +47,11 @@ def _one_line(error: BaseException, limit: int = 300) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, block_size: int) -> str:
-    """The backend the engine runs for ``model``'s device and dtype, by the module docstring's rules.
-    Names other than "triton" pass through (``ModelRunner`` refuses unknown ones)."""
+def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, block_size: int,
+                              kv_cache_dtype: torch.dtype | None = None) -> str:
+    """The backend the engine runs for ``model``'s device and dtype (and its cache's, default the
+    model's), by the module docstring's rules. Names other than "triton" pass through
+    (``ModelRunner`` refuses unknown ones)."""
     param = next(model.parameters())
     choice = requested or default_attention_backend(param.device)
     if choice != "triton":
@@ -57,7 +59,8 @@ def resolve_attention_backend(requested: str | None, model: LlamaForCausalLM, bl
     check_triton_possible(param.device)
     attn = model.model.layers[0].self_attn  # the heads this model (or tensor-parallel shard) runs
     try:
-        probe_triton(attn.num_heads, attn.num_kv_heads, attn.head_dim, block_size, param.dtype, param.device)
+        probe_triton(attn.num_heads, attn.num_kv_heads, attn.head_dim, block_size, param.dtype, param.device,
+                     kv_cache_dtype)
     except Exception as error:  # noqa: BLE001 - whatever compiling or launching raises is the reason
         if requested == "triton":
             raise RuntimeError(f'attention_backend="triton" failed its start-up probe on {param.device}: '
@@ -87,9 +90,10 @@ def triton_interprets() -> bool:
 
 
 def probe_triton(num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
-    """One tiny step on the Triton backend against the PyTorch backend. Raises what compiling or
-    launching raises, or ``ValueError`` when the outputs differ (a NaN counts as a difference)."""
+                 device: torch.device, kv_cache_dtype: torch.dtype | None = None) -> None:
+    """One tiny step on the Triton backend against the PyTorch backend (on a ``kv_cache_dtype`` cache,
+    default ``dtype``). Raises what compiling or launching raises, or ``ValueError`` when the outputs
+    differ (a NaN counts as a difference)."""
     from course_lib.engine.triton_attention import TritonAttentionMetadata
 
     query_lens, seq_lens = [1, 3], [block_size + 1, block_size + 3]  # both cross a block boundary
@@ -106,19 +110,25 @@ def probe_triton(num_heads: int, num_kv_heads: int, head_dim: int, block_size: i
         return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
 
     cache = random(2, used, block_size, num_kv_heads, head_dim)
+    fp8 = kv_cache_dtype == torch.float8_e4m3fn
+    kv_scales = (0.02, 0.01) if fp8 else None  # values up to ~4 land at ~200 and ~400 of e4m3's 448
+    if fp8:
+        cache = cache.to(kv_cache_dtype)
     q, k, v = (random(len(slots), heads, head_dim) for heads in (num_heads, num_kv_heads, num_kv_heads))
     outputs = []
     for build in (build_metadata, TritonAttentionMetadata.build):
         metadata = build(slots, query_lens, seq_lens, tables, block_size, device)
         kv_cache = cache.clone()
-        metadata.write(kv_cache, k, v)
-        outputs.append(metadata.attend(q, kv_cache, head_dim ** -0.5).float())
+        metadata.write(kv_cache, k, v, kv_scales)
+        outputs.append(metadata.attend(q, kv_cache, head_dim ** -0.5, kv_scales).float())
     # split-KV decode (long contexts on few sequences) and its reduction kernel, forced on the first sequence
     from course_lib.kernels.paged_attention import paged_decode_attention, paged_decode_attention_ref
 
     one = (q[:1], kv_cache[0], kv_cache[1], torch.tensor(tables[:1], dtype=torch.int32, device=device),
            torch.tensor(seq_lens[:1], device=device), head_dim ** -0.5)
-    outputs += [paged_decode_attention(*one, num_partitions=2).float(), paged_decode_attention_ref(*one).float()]
+    scales = dict(zip(("k_scale", "v_scale"), kv_scales or (1.0, 1.0)))
+    outputs += [paged_decode_attention(*one, num_partitions=2, **scales).float(),
+                paged_decode_attention_ref(*one, **scales).float()]
     tolerance = 1e-4 if dtype in (torch.float32, torch.float64) else 5e-2
     for name, (got, want) in (("attention step", outputs[1::-1]), ("split-KV decode", outputs[2:])):
         difference = (got - want).abs().max().item()

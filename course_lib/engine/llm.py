@@ -24,8 +24,8 @@ cache holds float8 e4m3: one byte per element, so the same memory holds 2x the b
 of float32), which ``_default_num_blocks`` counts. Each layer's ``k_scale`` / ``v_scale`` are
 calibrated once at start-up (``course_lib/quant/kv_fp8.py``: amax over a few training-corpus windows,
 / 200 for K and / 100 for V) and kept on the model's attention layers (``kv_scales``; a model object
-passed in is copied first). It runs on the PyTorch attention backend (the default then; an explicit
-``attention_backend="triton"`` is refused), at ``tensor_parallel_size=1``, with or without ``quantization``.
+passed in is copied first). Both attention backends read and write it (the Triton one decodes
+the e4m3 bytes in registers), at ``tensor_parallel_size=1``, with or without ``quantization``.
 
 With ``kv_offload_blocks=N`` (a KV offload tier of N CPU blocks, ``engine/kv_offload.py``), prefix-cache
 blocks evicted from the GPU pool are copied to CPU memory (LRU there) and a later prefix hit on
@@ -59,7 +59,7 @@ from course_lib.models.loader import load_model
 from course_lib.models.tensor_parallel_llama import check_tensor_parallel_size
 from course_lib.models.tokenizer import ByteTokenizer
 from course_lib.perf.kv import kv_bytes_per_token
-from course_lib.quant.kv_fp8 import TRITON_FP8_REFUSAL, calibrate_kv_scales, kv_cache_torch_dtype, set_kv_scales_
+from course_lib.quant.kv_fp8 import calibrate_kv_scales, kv_cache_torch_dtype, set_kv_scales_
 from course_lib.quant.linear import quantize_model_
 
 QUANTIZATION_OPTIONS = {"int4": {"group_size": 128, "pad_k": True}}  # per scheme: quantize_model_'s options
@@ -123,8 +123,6 @@ class LLM:
         if fp8_cache and tensor_parallel_size != 1:
             raise ValueError('This engine runs kv_cache_dtype="fp8" with tensor_parallel_size=1 only; drop '
                              "kv_cache_dtype or tensor_parallel_size.")
-        if fp8_cache and attention_backend == "triton":
-            raise ValueError(TRITON_FP8_REFUSAL)
         if isinstance(model, str):
             model, tokenizer = load_model(model, dtype=dtype, device=load_device)
         elif quantization is not None or fp8_cache:
@@ -164,8 +162,7 @@ class LLM:
         self.scheduler = Scheduler(self.scheduler_config, self.kv_cache_manager, num_cpu_blocks)
         # Triton kernels where they compile and pass a probe step, else PyTorch (see engine/backend.py).
         if tensor_parallel_size == 1:
-            self.attention_backend = resolve_attention_backend("torch" if fp8_cache else attention_backend, model,
-                                                               block_size)
+            self.attention_backend = resolve_attention_backend(attention_backend, model, block_size, kv_dtype)
             self.runner = ModelRunner(model, num_gpu_blocks, block_size, num_cpu_blocks, self.attention_backend,
                                       kv_offload_blocks, kv_cache_dtype=kv_dtype)
         else:  # each rank resolves the backend on its own device; a setting that cannot work fails here

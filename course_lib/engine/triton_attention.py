@@ -4,8 +4,9 @@ Same contract as the PyTorch backend in ``attention.py``: metadata built once pe
 ``write`` and ``attend`` per layer. Decoding requests go through the decode kernel in one
 launch; requests with several new tokens (prefill chunks) through the prefill kernel.
 
-The kernels read and write caches in the model's dtype only: an fp8 cache
-(``kv_cache_dtype="fp8"``) is refused here, and ``LLM`` runs it on the PyTorch backend.
+An fp8 cache (``kv_cache_dtype="fp8"``): ``write`` quantizes K and V with the layer's scales
+(``quantize_fp8``, the PyTorch backend's rounding) and the write kernel stores their bytes; the
+attention kernels decode the bytes in registers (``kernels/paged_attention.py``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,7 @@ from course_lib.kernels.paged_attention import (
     paged_decode_attention,
     paged_prefill_attention,
 )
-from course_lib.quant.kv_fp8 import TRITON_FP8_REFUSAL, is_fp8
-
-
-def _refuse_fp8(kv_cache: torch.Tensor) -> None:
-    if is_fp8(kv_cache):
-        raise ValueError(TRITON_FP8_REFUSAL)
+from course_lib.quant.kv_fp8 import is_fp8, quantize_fp8
 
 
 @dataclass
@@ -72,20 +68,25 @@ class TritonAttentionMetadata:
 
     def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               kv_scales: tuple[float, float] | None = None) -> None:
-        _refuse_fp8(kv_cache)
+        if is_fp8(kv_cache):  # the kernel copies elements: e4m3 codes as bytes
+            k_scale, v_scale = kv_scales or (1.0, 1.0)
+            k, v = quantize_fp8(k, k_scale).view(torch.uint8), quantize_fp8(v, v_scale).view(torch.uint8)
+            kv_cache = kv_cache.view(torch.uint8)
         write_kv_cache(k, v, kv_cache[0], kv_cache[1], self.slot_mapping)
 
     def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float,
                kv_scales: tuple[float, float] | None = None) -> torch.Tensor:
-        _refuse_fp8(kv_cache)
+        k_scale, v_scale = kv_scales or (1.0, 1.0)
         out = torch.empty_like(q)
         if len(self.decode_rows):
             out[self.decode_rows] = paged_decode_attention(q[self.decode_rows], kv_cache[0], kv_cache[1],
                                                            self.decode_tables, self.decode_lens, scale,
-                                                           max_seq_len=self.decode_max_len)
+                                                           max_seq_len=self.decode_max_len,
+                                                           k_scale=k_scale, v_scale=v_scale)
         if len(self.prefill_rows):
             out[self.prefill_rows] = paged_prefill_attention(q[self.prefill_rows], kv_cache[0], kv_cache[1],
                                                              self.prefill_tables, self.prefill_starts,
                                                              self.prefill_lens, scale,
-                                                             max_query_len=self.prefill_max_query_len)
+                                                             max_query_len=self.prefill_max_query_len,
+                                                             k_scale=k_scale, v_scale=v_scale)
         return out

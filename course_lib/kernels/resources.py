@@ -177,10 +177,24 @@ def matmul_kernels() -> dict[str, KernelSpec]:
                                 ("M", "N", "K", "stride_xm", "stride_pn", "stride_sn", "stride_zn", "stride_ym"))}
 
 
+def fp8_kernels() -> dict[str, KernelSpec]:
+    """The attention kernels reading an fp8 KV cache (e4m3 bytes, decoded in registers) at a
+    ``KernelShape`` whose dtype is the queries'; checked in the suite, not in the committed table."""
+    specs = kernels()
+    fp8 = {"k_ptr": "u8", "v_ptr": "u8"}
+
+    def variant(name: str) -> KernelSpec:
+        spec = specs[name]
+        return KernelSpec(spec.fn, lambda s: spec.constants(s) | {"FP8": True}, spec.pointers | fp8,
+                          spec.aligned_ints, spec.ones)
+
+    return {f"{name}_fp8": variant(name) for name in ("decode", "decode_split", "prefill")}
+
+
 def signature(spec: KernelSpec, constants: dict, dtype: str) -> tuple[dict, dict]:
     """Triton's signature and attributes for a kernel: pointers (``*_ptr``) to ``dtype`` unless
-    the spec says otherwise, ``scale`` and ``eps`` floats, constexprs by name, every other
-    argument an int; pointers and the spec's aligned ints marked divisible by 16."""
+    the spec says otherwise, ``scale``, ``eps`` and ``*_scale`` floats, constexprs by name, every
+    other argument an int; pointers and the spec's aligned ints marked divisible by 16."""
     types, attrs = {}, {}
     for index, name in enumerate(spec.fn.arg_names):
         if name in constants:
@@ -188,7 +202,7 @@ def signature(spec: KernelSpec, constants: dict, dtype: str) -> tuple[dict, dict
         elif name.endswith("_ptr"):
             types[name] = "*" + spec.pointers.get(name, dtype)
             attrs[(index,)] = [["tt.divisibility", 16]]
-        elif name in ("scale", "eps"):
+        elif name in ("scale", "eps") or name.endswith("_scale"):
             types[name] = "fp32"
         else:
             types[name] = "i32"
@@ -209,7 +223,7 @@ def compile_kernel(name: str, shape: KernelShape, target: str) -> tuple[Resource
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    spec = (kernels() | norm_kernels() | matmul_kernels())[name]
+    spec = (kernels() | norm_kernels() | matmul_kernels() | fp8_kernels())[name]
     constants = spec.constants(shape) | dict.fromkeys(spec.ones, 1)
     options = {key: constants.pop(key) for key in ("num_warps",) if key in constants}  # launch options
     types, attrs = signature(spec, constants, shape.dtype)

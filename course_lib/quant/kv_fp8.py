@@ -38,8 +38,6 @@ FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")  # "fp8" and "fp8_e4m3" are the same format, as in vLLM
 K_SCALE_CONSTANT, V_SCALE_CONSTANT = 200.0, 100.0  # calibration max of |K| and |V| maps here
 CALIBRATION_WINDOWS, CALIBRATION_TOKENS = 8, 256
-TRITON_FP8_REFUSAL = ('attention_backend="triton" does not support kv_cache_dtype="fp8" (its kernels read and '
-                      'write the model dtype only): pass attention_backend="torch", or kv_cache_dtype="auto".')
 
 
 def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:

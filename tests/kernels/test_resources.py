@@ -8,7 +8,8 @@ from importlib.metadata import version
 import pytest
 
 from course_lib.kernels.resources import (MAX_REGISTERS, NORM_SUITE_SHAPE, RESULTS, SHAPES, SUITE_SHAPE, TARGETS,
-                                          W4A16_SUITE_SHAPE, matmul_kernels, measure, norm_kernels, table)
+                                          W4A16_SUITE_SHAPE, fp8_kernels, matmul_kernels, measure, norm_kernels,
+                                          table)
 
 
 TRITON = tuple(int(part) for part in version("triton").split(".")[:2])
@@ -71,3 +72,15 @@ def test_the_w4a16_kernel_compiles_for_every_target_without_spilling():
     assert not any(row["spills"] for row in rows), rows
     assert all(0 < row["registers"] <= MAX_REGISTERS for row in rows)
     assert any("HMMA" in line for line in report["excerpts"]["w4a16"]["sass"]), report["excerpts"]["w4a16"]
+
+
+def test_the_fp8_kv_cache_kernels_compile_for_every_target_without_spilling():
+    """Decode (single pass and split) and prefill reading an fp8 cache's e4m3 bytes with bf16 queries at
+    Llama-3-8B's attention shape: the bytes are decoded with integer bit operations, so sm_80, which
+    has no fp8 conversions, compiles too; prefill's products stay on tensor cores."""
+    report = measure((SUITE_SHAPE,), names=list(fp8_kernels()))
+    rows = report["rows"]
+    assert {(row["kernel"], row["target"]) for row in rows} == {(k, t) for k in fp8_kernels() for t in TARGETS}
+    assert not any(row["spills"] for row in rows), rows
+    assert all(0 < row["registers"] <= MAX_REGISTERS for row in rows)
+    assert any("HMMA" in line for line in report["excerpts"]["prefill_fp8"]["sass"])
