@@ -3,8 +3,9 @@ broken scheme failing (and the exit status), the JSON, and breakdowns that add u
 
 Measured by the default run (``python -m course_lib.quant.gate``: 90 windows of 512 tokens = 46,080
 held-out tokens, 32 greedy continuations of 32 tokens, 48 code lines of which the baseline balances 18;
-float32, 2-core CPU, ~42 s wall for the four weight schemes, one scheme's ~8 s more with kv-fp8); d =
-bits/byte increase over the float32 model (2.0590 overall):
+float32, 2-core CPU, ~42 s wall for the four weight schemes; kv-fp8 costs the CPU time of one more
+scheme, ~8 s, its e4m3 rounding no measurable extra); d = bits/byte increase over the float32 model
+(2.0590 overall):
 
     scheme      d overall  d 0-63   d 64-255  d 256-511  d statements  d expressions  d types  agree  ident  struct
     int8         +0.0010   -0.0000  +0.0000   +0.0019    +0.0013       +0.0015        +0.0009  0.917  0.906  1.000
