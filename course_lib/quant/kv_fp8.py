@@ -3,8 +3,9 @@
 ``LLM(..., kv_cache_dtype="fp8")`` (vLLM's option) stores every layer's keys and values as
 ``torch.float8_e4m3fn``: one byte per element, half of bf16's two, a quarter of float32's four,
 so the same memory holds two (or four) times the KV blocks. e4m3 has 4 exponent bits and 3
-mantissa bits: a relative step of 2^-3 (about 6%), and a largest finite value of 448, so each
-tensor is stored divided by a scale.
+mantissa bits: neighbouring values are 2^-3 of a power of two apart, so rounding errs by at most
+1/16 (about 6%) of the value, and its largest finite value is 448, so each tensor is stored divided
+by a scale.
 
 * **Write** (``quantize_fp8``): ``fp8(clamp(x / scale, -448, 448))``, computed in float32 and
   rounded to the nearest e4m3 value (ties to even). Clamping first saturates an out-of-range
