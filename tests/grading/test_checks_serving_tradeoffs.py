@@ -346,3 +346,42 @@ def test_the_worked_examples_come_out_as_the_lesson_says():
     assert tasks[2].reference("Llama-3.1-70B", "H100-80GB", 159, 1024)["best"] == "W4A16"
     assert tasks[2].reference("Llama-3.1-70B", "H100-80GB", 160, 1024)["best"] == "FP8-W8A8"
     assert tasks[2].reference("Llama-3.1-70B", "A100-80GB", 1024, 1024)["step_s"]["FP8-W8A8"] is None
+
+
+def test_the_learner_side_dequantizes_codes_it_is_sent_and_never_makes_them(monkeypatch):
+    """The course's codes for the second weight arrive as case data: a learner cell that replaces
+    ``course_int4`` (to hand its own dequantizer codes it made itself) changes nothing."""
+    from course_lib.grading.checks import serving_tradeoffs
+    from test_checks import namespace
+
+    task = exercise_tasks(EXERCISE)[0]
+    case = next(c for c in task.cases() if c.kwargs["course_codes"] and not c.args[3])  # asymmetric
+    expected = task.reference(*case.args, **case.kwargs)
+    quantize = namespace(EXERCISE)["quantize_int4"]
+
+    def replaced(*args):
+        raise AssertionError("the learner's process computed the course's codes")
+
+    monkeypatch.setattr(serving_tradeoffs, "course_int4", replaced)
+    got = serving_tradeoffs._int4_call(quantize, *case.args, **case.kwargs)
+    want = torch.tensor(expected["dequantized from the course's codes"])
+    assert torch.allclose(got["dequantized from the course's codes"].double(), want.double(), rtol=1e-6)
+
+
+def test_a_decorated_quantizer_still_finds_its_dequantizer():
+    source = "@torch.no_grad()\n" + textwrap.dedent(quantize_with())
+    result = verdict(EXERCISE, "quantize_int4", source)
+    assert result.passed, "\n".join(result.report(5))
+
+
+def test_uint8_wraparound_in_dequantize_gets_its_own_hint():
+    source = with_dequantize("""
+    def dequantize_int4(codes, scales, zeros, group_size):
+        s = scales.repeat_interleave(group_size, dim=1)
+        if zeros is None:
+            return codes * s
+        return (codes.to(torch.uint8) - zeros.to(torch.uint8).repeat_interleave(group_size, dim=1)) * s
+    """)
+    result = verdict(EXERCISE, "quantize_int4", source)
+    assert not result.passed
+    assert any("wrapped around" in c.hint for c in result.failures), "\n".join(result.report(5))

@@ -31,6 +31,7 @@ are likewise kept clear of ties between the two times or schemes.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import random
 from typing import Any, Callable
@@ -139,7 +140,16 @@ def course_int4(weight: torch.Tensor, group_size: int, symmetric: bool):
     return codes, q.scales, zeros, int4.dequantize_int4(q)
 
 
-def int4_expected(rows: int, cols: int, group_size: int, symmetric: bool, kind: str, seed: int) -> Any:
+def other_codes(rows: int, cols: int, group_size: int, symmetric: bool, kind: str, seed: int) -> list:
+    """The course's (codes, scales, zeros) as plain lists for a second weight of a case's shape: sent to the
+    learner's process as case data, so no code running there (patched or not) can choose them."""
+    codes, scales, zeros, _ = course_int4(case_weight(rows, cols, group_size, symmetric, kind, seed + OTHER_SEED),
+                                          group_size, symmetric)
+    return [codes.tolist(), scales.tolist(), None if zeros is None else zeros.tolist()]
+
+
+def int4_expected(rows: int, cols: int, group_size: int, symmetric: bool, kind: str, seed: int,
+                  course_codes: list | None = None) -> Any:
     if cols % group_size:
         return "raises ValueError"
     codes, scales, zeros, dequantized = course_int4(case_weight(rows, cols, group_size, symmetric, kind, seed),
@@ -157,7 +167,7 @@ def _three(result: Any) -> tuple:
 
 
 def _dequantizer(quantize: Callable) -> Callable:
-    found = getattr(quantize, "__globals__", {}).get("dequantize_int4")
+    found = getattr(inspect.unwrap(quantize), "__globals__", {}).get("dequantize_int4")  # unwrap: @torch.no_grad()
     if not callable(found):
         raise NameError("dequantize_int4 is not defined: write dequantize_int4(codes, scales, zeros, group_size) "
                         "in the same cell as quantize_int4, and run that cell")
@@ -165,7 +175,7 @@ def _dequantizer(quantize: Callable) -> Callable:
 
 
 def _int4_call(quantize: Callable, rows: int, cols: int, group_size: int, symmetric: bool, kind: str,
-               seed: int) -> Any:
+               seed: int, course_codes: list | None = None) -> Any:
     weight = case_weight(rows, cols, group_size, symmetric, kind, seed)
     if cols % group_size:
         try:
@@ -176,15 +186,19 @@ def _int4_call(quantize: Callable, rows: int, cols: int, group_size: int, symmet
     dequantize = _dequantizer(quantize)
     codes, scales, zeros = _three(quantize(weight, group_size, symmetric))
     round_trip = dequantize(codes, scales, zeros, group_size)
-    other = case_weight(rows, cols, group_size, symmetric, kind, seed + OTHER_SEED)  # not the weight just quantized
-    ours, our_scales, our_zeros, _ = course_int4(other, group_size, symmetric)
+    # the course's codes of another weight (case data, made in the grader's process): not the weight just quantized
+    ours, our_scales, our_zeros = course_codes
+    ours, our_scales = torch.tensor(ours, dtype=torch.int64), torch.tensor(our_scales, dtype=torch.float32)
+    our_zeros = None if our_zeros is None else torch.tensor(our_zeros, dtype=torch.int64)
     return {"codes": codes, "scales": scales, "zeros": zeros, "round trip": round_trip,
             "dequantized from the course's codes": dequantize(ours, our_scales, our_zeros, group_size)}
 
 
 def _int4_cases() -> list[Case]:
     def case(rows, cols, group_size, symmetric, kind, seed, why=""):
-        return Case((rows, cols, group_size, symmetric, kind, seed), why=why)
+        args = (rows, cols, group_size, symmetric, kind, seed)
+        codes = None if cols % group_size else other_codes(*args)
+        return Case(args, {"course_codes": codes}, why=why)
 
     cases = [
         case(4, 64, 32, True, "normal", 1, "symmetric: scale = max|w| / 7 per group of 32, codes round(w / scale)"),
@@ -300,6 +314,11 @@ def _int4_hint(case: Case, expected: Any, got: Any) -> str | None:
             return "dequantize: subtract the zero point first, w = (u - zero) x scale"
         if symmetric and torch.allclose(round_trip, (codes + 8) * per_element, rtol=1e-5, atol=1e-8):
             return "dequantize: the codes are signed already, w = q x scale"
+        if not symmetric:
+            zeros = torch.tensor(expected["zeros"], dtype=torch.float64).repeat_interleave(group_size, dim=1)
+            if torch.allclose(round_trip, ((codes - zeros) % 256) * per_element, rtol=1e-5, atol=1e-8):
+                return ("dequantize: u - zero wrapped around below 0, as uint8 arithmetic does: convert the codes "
+                        "and zeros to a signed or float type (.long() or .float()) before subtracting")
         return ("dequantize: each group's scale multiplies its own group_size columns (repeat_interleave the "
                 "scales along K, or reshape to [N, K // group_size, group_size])")
     if got["round trip"] != expected["round trip"]:
