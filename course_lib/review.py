@@ -63,7 +63,7 @@ def _ms(seconds: float) -> str:
 
 
 def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.1f} us"
+    return f"{seconds * 1e6:,.1f} µs"
 
 
 def paging() -> Bound:
@@ -204,7 +204,7 @@ def quantization() -> Bound:
         "09", "Serving trade-offs: quantization", "09_serving_tradeoffs.ipynb", MEMORY_BANDWIDTH,
         f"{model.name}'s weights are {bf16 / 1e9:.1f} GB in BF16 ({gpus_bf16} H100s before any KV cache), "
         f"{w4 / 1e9:.1f} GB in W4A16 ({gpus_w4}). At batch 1 {best} is fastest; FP8 W8A8 overtakes it from "
-        f"batch {crossover}, once the step is compute-bound.",
+        f"batch {crossover}, once W4A16's step is compute-bound on the BF16 tensor cores.",
         "weight-only 4-bit (W4A16) for bandwidth-bound small batches, FP8 W8A8 for compute-bound throughput, "
         "both behind an accuracy gate",
         {"bf16_bytes": bf16, "w4a16_bytes": w4, "bf16_gpus": gpus_bf16, "w4a16_gpus": gpus_w4,

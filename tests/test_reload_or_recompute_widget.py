@@ -11,6 +11,7 @@ from course_lib.perf.kv_tiers import (
     GPU_HBM,
     LOCAL_NVME,
     POOL_TCP,
+    KVTier,
     crossover_tokens,
     get_tier,
     reload_bytes,
@@ -23,7 +24,9 @@ from course_lib.perf.units import GB
 from course_lib.widgets.reload_or_recompute import (
     CHART_LENGTHS,
     MAX_LENGTH,
+    MIN_LENGTH,
     ReloadOrRecomputeExplorer,
+    crossover_html,
     default_tflops,
     reload_recompute_figure,
 )
@@ -58,14 +61,22 @@ def test_readout_matches_the_cost_model():
     assert recompute_s == pytest.approx(recompute_time(L8, 32_000, H100, 500e12, include_attention=True), abs=0.005)
 
 
-@pytest.mark.parametrize("tier_name, attention", [(LOCAL_NVME, False), (POOL_TCP, True), (LOCAL_NVME, True)])
+SLOW_LINK = KVTier("a far pool", 50e9, 5e-3)  # 5 ms of latency: the crossover (~170 tokens) is in range
+
+
+@pytest.mark.parametrize("tier_name, attention", [(LOCAL_NVME, False), (POOL_TCP, True), (LOCAL_NVME, True),
+                                                  (SLOW_LINK, True)])
 def test_crossover_marker_at_crossover_tokens(tier_name, attention):
-    tier = get_tier(tier_name)
+    tier = tier_name if isinstance(tier_name, KVTier) else get_tier(tier_name)
     figure = reload_recompute_figure(L8, tier, H100, 500e12, attention)
     at = crossover_tokens(L8, tier, H100, flops=500e12, include_attention=attention, max_tokens=MAX_LENGTH)
     assert at is not None
-    (marker,) = _markers(figure).values()
-    assert marker.x[0] == at and marker.name == f"crossover: {at:,.0f} tokens"
+    if at < MIN_LENGTH:  # left of the chart: told in words (crossover_html), no marker floating off the curves
+        assert not _markers(figure)
+        assert "below the chart's" in crossover_html(L8, tier, H100, at, None)
+    else:
+        (marker,) = _markers(figure).values()
+        assert marker.x[0] == at and marker.name == f"crossover: {at:,.0f} tokens"
     reload_curve = next(t for t in figure.data if t.name.startswith("reload from"))
     assert list(reload_curve.x) == list(CHART_LENGTHS)
     assert list(reload_curve.y) == pytest.approx([reload_time(L8, n, tier) for n in CHART_LENGTHS])
@@ -105,14 +116,16 @@ def test_weight_read_floor_and_fixed_notes():
 def test_controls_redraw_in_place():
     widget = ReloadOrRecomputeExplorer()
     pane, readout, verdict = widget.pane, widget.readout, widget.verdict
+    assert widget.tier.layout.display is None and widget.tokens.layout.display is None  # shown in every mode
     widget.tier.value = LOCAL_NVME
     at = crossover_tokens(L8, get_tier(LOCAL_NVME), H100, flops=500e12, max_tokens=MAX_LENGTH)
-    assert _markers(pane)[f"crossover: {at:,.0f} tokens"].x[0] == at and f"{at:,.0f} tokens" in verdict.value
+    assert f"Crossover at {at:,.0f} tokens" in verdict.value and "below the chart's" in verdict.value
     widget.gpu.value = "A100-80GB"
     assert widget.tflops.value == default_tflops(A100) == 156.0 and "156.0 TFLOP/s" in readout.value
     widget.flops_mode.value = "utilization"
     widget.utilization.value = 0.25
     assert "78.0 TFLOP/s" in readout.value and widget.tflops.layout.display == "none"
+    assert widget.tier.layout.display is None and widget.tokens.layout.display is None
     widget.include_attention.value = True
     widget.tokens.value = 131_072
     assert "131,072 tokens" in readout.value and "A100-80GB" in pane.layout.title.text

@@ -1,17 +1,23 @@
-"""Module 09: the accuracy gate's loss increases drawn per context-length bucket and per section.
+"""Module 09: the accuracy gate's result as a learner reads it, a table and a chart.
 
-One panel per breakdown of ``course_lib.quant.gate.evaluate``'s result: for every scheme, the
-increase in bits/byte over the full-precision baseline in each bucket (position within the
-window) and in each non-empty section of the held-out text, with the gate's threshold for that
-breakdown drawn across. Every bar is a number of the ``GateResult``; nothing is recomputed here.
+``gate_table_html``: one row per scheme (the baseline first), the loss columns and the behaviour
+columns with a legend, as an HTML table that never wraps a row. ``plot_gate_buckets``: one panel
+per breakdown, for every scheme the increase in bits/byte over the full-precision baseline in each
+bucket (position within the window) and in each non-empty section of the held-out text, with the
+gate's threshold for that breakdown drawn across, or named in the corner when it is far above every
+bar. Every number is one of the ``GateResult``'s; nothing is recomputed here.
 """
 
 from __future__ import annotations
+
+import html
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from course_lib.quant.gate import SECTIONS, GateResult
+
+OFF_CHART = 3  # a threshold more than this many times the tallest bar is named, not drawn
 
 
 def _bars(ax, labels: list[str], result: GateResult, values_of, threshold: float, title: str, xlabel: str) -> None:
@@ -20,7 +26,14 @@ def _bars(ax, labels: list[str], result: GateResult, values_of, threshold: float
     for i, scheme in enumerate(result.schemes):
         values = [values_of(scheme, label) for label in labels]
         ax.bar(x + (i - (len(result.schemes) - 1) / 2) * width, values, width, label=scheme.scheme)
-    ax.axhline(threshold, color="black", linestyle="--", linewidth=1.2, label=f"gate limit ({threshold:g})")
+    tallest = max((abs(values_of(s, label)) for s in result.schemes for label in labels), default=0.0)
+    if threshold <= OFF_CHART * tallest:
+        ax.axhline(threshold, color="black", linestyle="--", linewidth=1.2, label=f"gate limit ({threshold:g})")
+    else:
+        ax.text(0.01, 0.97, f"gate limit: +{threshold:g} bits/byte, {threshold / tallest:.0f}x the tallest bar "
+                "(off the chart)" if tallest else f"gate limit: +{threshold:g} bits/byte",
+                transform=ax.transAxes, va="top", fontsize="small")
+        ax.set_ylim(top=1.35 * tallest if tallest else threshold)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xticks(x, labels)
     ax.set(title=title, xlabel=xlabel, ylabel="bits/byte above the float32 model")
@@ -43,3 +56,43 @@ def plot_gate_buckets(result: GateResult):
     by_bucket.legend(fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def _cell(text: str, bold: bool = False) -> str:
+    style = "padding:2px 8px;text-align:right;white-space:nowrap" + (";font-weight:bold" if bold else "")
+    return f"<td style='{style}'>{html.escape(text)}</td>"
+
+
+def gate_table_html(result: GateResult) -> str:
+    """The gate's table (``gate.format_table``'s numbers) as HTML, with a legend under it."""
+    base = result.baseline["bits_per_byte"]
+    buckets = list(base["buckets"])
+    sections = [s for s in SECTIONS if base["sections"][s]["tokens"]]
+    head = (["scheme", "bits/byte", "+ overall"] + [f"+ pos {b}" for b in buckets] + [f"+ {s}" for s in sections]
+            + ["agreement", "identical", "structure kept", "verdict"])
+    rows = [["float32 (baseline)", f"{base['bits_per_byte']:.4f}", ""]
+            + [f"({base['buckets'][b]['bits_per_byte']:.3f})" for b in buckets]
+            + [f"({base['sections'][s]['bits_per_byte']:.3f})" for s in sections]
+            + ["", "", f"{result.baseline['code_lines_balanced']}/{result.baseline['code_lines']} balanced", ""]]
+    for s in result.schemes:
+        failed = [k for k, c in s.checks.items() if not c["passed"]]
+        rows.append([s.scheme, f"{s.bits_per_byte['bits_per_byte']:.4f}", f"{s.delta['overall']:+.4f}"]
+                    + [f"{s.delta['buckets'][b]:+.4f}" for b in buckets]
+                    + [f"{s.delta['sections'][x]:+.4f}" for x in sections]
+                    + [f"{s.greedy['agreement']:.3f}", f"{s.greedy['identical']:.3f}",
+                       f"{s.structure['kept_fraction']:.3f}", "PASS" if s.passed else "FAIL: " + ", ".join(failed)])
+    header = "".join(f"<th style='padding:2px 8px;white-space:nowrap'>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(_cell(c, bold=(i == len(r) - 1)) for i, c in enumerate(r)) + "</tr>"
+                   for r in rows)
+    t, settings = result.thresholds, result.settings
+    legend = (f"<p style='font-size:90%'><b>+</b> columns: bits/byte above the float32 model (its own value in "
+              f"parentheses), overall, by position of the predicted token in its {settings['window']}-token "
+              "window, and by section of the text. <b>agreement</b>: mean share of greedy tokens equal to the "
+              "baseline's before the first difference; <b>identical</b>: share of continuations equal token for "
+              "token; <b>structure kept</b>: share of the code lines the baseline balances that the scheme "
+              f"balances too. Limits: +{t['max_bpb_increase']} overall, +{t['max_bpb_increase_bucket']} per "
+              f"bucket, +{t['max_bpb_increase_section']} per section, agreement at least {t['min_agreement']}, "
+              f"structure kept at least {t['min_structure_kept']}. {settings['windows']} windows, "
+              f"{settings['continuations']} continuations, {settings['code_lines']} code lines.</p>")
+    return (f"<div style='overflow-x:auto'><table style='border-collapse:collapse;font-size:90%'>"
+            f"<tr>{header}</tr>{body}</table></div>{legend}")

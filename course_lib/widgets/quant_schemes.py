@@ -39,14 +39,15 @@ DEFAULT_MODEL, DEFAULT_GPU = "Llama-3.1-70B", "H100-80GB"
 
 NOTES = {
     "BF16": ("The accuracy baseline: every weight kept at 16 bits, so it is what the other two are judged "
-             "against. It is also the heaviest: Llama-3.1-70B is about 141 GB in BF16, so it needs at least "
-             "two H100-80GB for its weights before a single byte of KV cache."),
+             "against. It is also the heaviest, two bytes a weight: the GPU count above is what its weights "
+             "alone need, before a single byte of KV cache."),
     "W4A16": ("Weight-only int4: the fewest bytes to read per step. Mixed-input kernels such as Marlin or "
               "Machete unpack and dequantise each tile in registers and multiply on the bf16 tensor cores, so "
               "it wins while decode is bandwidth-bound, at small batches."),
     "FP8-W8A8": ("Weights and activations both in FP8: the matmuls run on FP8 tensor cores at twice BF16's "
-                 "peak, with no dequantise step, so it wins once the batch is large enough for the step to be "
-                 "compute-bound. FP8 tensor cores need Hopper or Ada (Blackwell adds FP4)."),
+                 "peak, with no dequantise step. Once the batch is large, W4A16's step becomes compute-bound on "
+                 "the bf16 tensor cores while FP8's twice-as-fast ones keep its own step near the memory roof, "
+                 "so FP8 wins. FP8 tensor cores need Hopper or Ada (Blackwell adds FP4)."),
 }
 
 
@@ -88,7 +89,7 @@ def card_html(name: str, card: dict, gpu: GPU, batch: int, winner: bool) -> str:
         lines.append(f"<b style='color:#cf222e'>{html.escape(name)} {unsupported_text(name, gpu)}</b>")
     body = "<br>".join(lines)
     return (f"<div class='scheme-card' data-scheme='{name}' data-winner='{str(winner).lower()}' "
-            f"style='border:{border};border-radius:6px;padding:8px;width:300px;min-height:300px'>"
+            f"style='border:{border};border-radius:6px;padding:8px;box-sizing:border-box;min-height:300px'>"
             f"<h4 style='margin:0 0 6px 0'>{html.escape(name)}{badge}</h4>"
             f"<div style='color:#444;font-size:90%'>{html.escape(SCHEMES[name].description)}</div>"
             f"<p>{body}</p><p style='font-size:90%'>{html.escape(NOTES[name])}</p></div>")
@@ -105,7 +106,8 @@ def crossover_text(model: ModelSpec, gpu: GPU, context_len: int) -> str:
                 "context the KV reads keep the step on the memory roof, where W4A16's fewer bytes win.")
     reach = "" if at <= CHART_BATCHES[-1] else " (beyond this chart's batch 1024)"
     return (f"<b>FP8-W8A8 overtakes W4A16 from batch {at}</b>{reach}: below it the step is bandwidth-bound "
-            "and W4A16 reads fewer bytes; from there on FP8's tensor cores win.")
+            "and W4A16 reads fewer bytes; from there W4A16's step is compute-bound on the bf16 tensor cores, "
+            "and FP8's, twice as fast, win.")
 
 
 def scheme_figure(model: ModelSpec, gpu: GPU, context_len: int = 1024, batch: int | None = None) -> go.Figure:
@@ -160,13 +162,14 @@ class QuantSchemes(w.VBox):
                                        style=style, layout=layout)
         self.context_len = w.SelectionSlider(options=CONTEXT_STOPS, value=context_len,
                                              description="context (tokens)", style=style, layout=layout)
-        self.cards = {name: w.HTML() for name in SCHEMES}
+        self.cards = {name: w.HTML(layout=w.Layout(flex="1 1 250px", min_width="250px", max_width="340px"))
+                      for name in SCHEMES}
         self.verdict, self.pane = w.HTML(), PlotlyPane()
         self.best: str | None = None
         for control in (self.model, self.gpu, self.batch, self.context_len):
             control.observe(lambda _: self.redraw(), "value")
         super().__init__([w.HTML("<h3>What fits, and which kernel wins?</h3>"), self.model, self.gpu, self.batch,
-                          self.context_len, w.HBox(list(self.cards.values())), self.verdict, self.pane])
+                          self.context_len, w.HBox(list(self.cards.values()), layout=w.Layout(flex_flow="row wrap", grid_gap="6px")), self.verdict, self.pane])
         self.redraw()
 
     @one_at_a_time

@@ -104,8 +104,10 @@ def crossover_html(model: ModelSpec, tier: KVTier, gpu: GPU, crossing: float | N
                    first: ReloadOrRecompute) -> str:
     """The crossover in words, or which side wins everywhere (told apart at the first length)."""
     if crossing is not None:
-        return (f"<p><b>Crossover at {crossing:,.0f} tokens</b>: recompute is faster below it, reload beyond "
-                "it.</p>")
+        below = (f" (below the chart's {MIN_LENGTH} tokens: only the tier's fixed latency makes recompute win "
+                 "there)" if crossing < MIN_LENGTH else "")
+        return (f"<p><b>Crossover at {crossing:,.0f} tokens</b>{below}: recompute is faster below it, reload "
+                "beyond it.</p>")
     if first.winner == "reload":
         return (f"<p><b>Reload wins at every length</b>, from the first token to {MAX_LENGTH:,}: no crossover "
                 f"(the tier's latency costs less than recomputing even the first tokens).</p>")
@@ -140,7 +142,7 @@ def reload_recompute_figure(model: ModelSpec, tier: KVTier, gpu: GPU, flops: flo
     low, high = min(values), max(values)
     crossing = crossover_tokens(model, tier, gpu, flops=flops, include_attention=include_attention,
                                 utilization=utilization, max_tokens=MAX_LENGTH)
-    if crossing is not None:
+    if crossing is not None and MIN_LENGTH <= crossing:  # one below the chart's range is told in words only
         at = point(model, tier, gpu, max(1, round(crossing)), flops, include_attention, utilization)
         figure.add_trace(go.Scatter(x=[crossing], y=[at.reload_s], mode="markers",
                                     name=f"crossover: {crossing:,.0f} tokens",
@@ -158,7 +160,7 @@ def reload_recompute_figure(model: ModelSpec, tier: KVTier, gpu: GPU, flops: flo
     f = recompute_flops_per_s(gpu, flops, utilization)
     figure.update_xaxes(type="log", title_text="prompt length (tokens, log scale)")
     figure.update_yaxes(type="log", title_text="time to have the prefix's KV on the GPU (s, log scale)")
-    figure.update_layout(title=f"{model.name}: reload from {tier.name} or recompute on {gpu.name} at "
+    figure.update_layout(title=f"{model.name}: reload from {tier.name}<br>or recompute on {gpu.name} at "
                                f"{f / 1e12:.1f} TFLOP/s", height=460, legend={"orientation": "h", "y": -0.22},
                          margin={"t": 80, "b": 120})
     return figure
@@ -172,18 +174,22 @@ class ReloadOrRecomputeExplorer(w.VBox):
 
     def __init__(self, tier: str = CPU_DRAM, model: str = DEFAULT_MODEL, gpu: str = DEFAULT_GPU,
                  tokens: int = WORKED_LENGTH, tflops: float | None = None, include_attention: bool = False) -> None:
-        style, layout = {"description_width": "11em"}, w.Layout(width="560px")
-        self.tier = w.Dropdown(options=list(TIERS), value=tier, description="KV tier", style=style, layout=layout)
+        style = {"description_width": "11em"}
+
+        def layout() -> w.Layout:  # one each: redraw hides one control by its layout
+            return w.Layout(width="560px")
+
+        self.tier = w.Dropdown(options=list(TIERS), value=tier, description="KV tier", style=style, layout=layout())
         self.model = w.Dropdown(options=list(MODELS), value=model, description="model", style=style)
         self.gpu = w.Dropdown(options=list(GPUS), value=gpu, description="GPU", style=style)
         self.tokens = w.SelectionSlider(options=LENGTH_STOPS, value=tokens, description="prompt length (tokens)",
-                                        style=style, layout=layout)
+                                        style=style, layout=layout())
         self.flops_mode = w.ToggleButtons(options=[("achieved TFLOP/s", ACHIEVED), ("share of bf16 peak", UTILIZATION)],
                                           value=ACHIEVED, description="recompute at", style=style)
         self.tflops = w.BoundedFloatText(value=default_tflops(get_gpu(gpu)) if tflops is None else tflops,
                                          min=1.0, max=10_000.0, step=10.0, description="achieved TFLOP/s", style=style)
         self.utilization = w.FloatSlider(value=DEFAULT_UTILIZATION, min=0.05, max=1.0, step=0.05,
-                                         description="share of bf16 peak", style=style, layout=layout)
+                                         description="share of bf16 peak", style=style, layout=layout())
         self.include_attention = w.Checkbox(value=include_attention, description="count attention's quadratic term",
                                             indent=False)
         self.readout, self.verdict, self.floor, self.pane = w.HTML(), w.HTML(), w.HTML(), PlotlyPane()

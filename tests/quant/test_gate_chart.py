@@ -55,3 +55,27 @@ def test_an_empty_result_is_refused(result):
     empty = gate.GateResult(result.baseline, [], result.thresholds, result.settings, 0.0)
     with pytest.raises(ValueError, match="at least one scheme"):
         plot_gate_buckets(empty)
+
+
+def test_a_limit_far_above_every_bar_is_named_not_drawn(result):
+    only_int8 = gate.GateResult(result.baseline, [s for s in result.schemes if s.scheme == "int8"],
+                                result.thresholds, result.settings, 0.0)
+    by_bucket = plot_gate_buckets(only_int8).axes[0]
+    tallest = max(abs(p.get_height()) for p in by_bucket.patches)
+    assert {line.get_ydata()[0] for line in by_bucket.lines} == {0}  # the zero line only
+    (note,) = by_bucket.texts
+    assert "off the chart" in note.get_text() and by_bucket.get_ylim()[1] < result.thresholds["max_bpb_increase_bucket"]
+    assert by_bucket.get_ylim()[1] >= tallest
+
+
+def test_the_table_shows_every_scheme_its_numbers_and_verdict(result):
+    from course_lib.widgets.gate_chart import gate_table_html
+
+    page = gate_table_html(result)
+    assert page.count("<tr>") == 1 + 1 + len(result.schemes)  # header, baseline, one per scheme
+    for s in result.schemes:
+        assert f">{s.scheme}<" in page and f"{s.delta['overall']:+.4f}" in page
+        assert ("PASS" if s.passed else "FAIL: ") in page
+    halved = next(s for s in result.schemes if s.scheme == "halved")
+    assert not halved.passed and "FAIL: bpb_overall" in page
+    assert "white-space:nowrap" in page and "structure kept" in page
