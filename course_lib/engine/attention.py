@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from course_lib.quant.kv_fp8 import dequantize_fp8, is_fp8, quantize_fp8
+from course_lib.quant.kv_fp8 import dequantize_fp8, is_fp8, quantize_fp8, required_scales
 
 DECODE_BUCKET = 8  # decoding requests per padded attention call
 SHORT_QUERY = 8  # requests with 2..SHORT_QUERY new tokens share padded calls too
@@ -134,7 +134,7 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapp
              kv_scales: tuple[float, float] | None = None) -> None:
     """Store new keys/values ``[N, kv_heads, head_dim]`` at their slots (quantized for an fp8 cache)."""
     if is_fp8(kv_cache):
-        k_scale, v_scale = kv_scales or (1.0, 1.0)
+        k_scale, v_scale = required_scales(kv_scales)
         k, v = quantize_fp8(k, k_scale), quantize_fp8(v, v_scale)
     kv_cache[0].view(-1, *k.shape[1:])[slot_mapping] = k
     kv_cache[1].view(-1, *v.shape[1:])[slot_mapping] = v
@@ -154,7 +154,7 @@ def _gather(kv_cache: torch.Tensor, block_tables: torch.Tensor, dtype: torch.dty
     kv = kv_cache[:, block_tables]  # [2, B, blocks, block_size, kv_heads, head_dim]
     k, v = kv[0].flatten(1, 2), kv[1].flatten(1, 2)
     if is_fp8(kv_cache):
-        k_scale, v_scale = kv_scales or (1.0, 1.0)
+        k_scale, v_scale = required_scales(kv_scales)
         k, v = dequantize_fp8(k, k_scale, dtype), dequantize_fp8(v, v_scale, dtype)
     return k, v
 

@@ -27,8 +27,9 @@ from course_lib.engine.request import Request
 @dataclass
 class PrefixCacheStats:
     """Prefix-cache lookups counted in tokens (what vLLM reports as its hit rate); ``hit_tokens``
-    is ``gpu_hit_tokens`` (the GPU prefix cache) plus ``cpu_hit_tokens`` (reloaded from the
-    offload tier)."""
+    is ``gpu_hit_tokens`` (the GPU prefix cache, counted at every lookup, as vLLM does, so a request
+    that waits is counted again) plus ``cpu_hit_tokens`` (reloaded from the offload tier, counted
+    once per reload, when ``allocate_slots`` queues it)."""
 
     queried_tokens: int = 0
     hit_tokens: int = 0
@@ -71,9 +72,8 @@ class KVCacheManager:
             hits.append(block)
         stats = self.prefix_cache_stats
         stats.queried_tokens += request.num_tokens
-        stats.hit_tokens += len(hits) * self.block_size
+        stats.hit_tokens += (len(hits) - on_cpu) * self.block_size  # CPU-tier hits: once reloaded (allocate_slots)
         stats.gpu_hit_tokens += (len(hits) - on_cpu) * self.block_size
-        stats.cpu_hit_tokens += on_cpu * self.block_size
         return hits, len(hits) * self.block_size
 
     def allocate_slots(self, request: Request, num_new_tokens: int,
@@ -98,6 +98,8 @@ class KVCacheManager:
         self.block_pool.touch(on_gpu)  # out of the free queue: the pops below cannot evict them
         if on_cpu:
             blocks += self._reload(hits, on_cpu)
+            self.prefix_cache_stats.cpu_hit_tokens += len(on_cpu) * self.block_size
+            self.prefix_cache_stats.hit_tokens += len(on_cpu) * self.block_size
         else:
             blocks += hits
         new_blocks = self.block_pool.get_new_blocks(max(0, needed))

@@ -91,7 +91,6 @@ class KVOffloadPool:
             return False  # every CPU block is being read this step
         self.cached[block_hash] = cpu
         self._offloads[cpu] = gpu_block_id  # a later offload to the same block this step wins
-        self.num_offloaded_blocks += 1
         return True
 
     def pin(self, block_hash: BlockHash) -> int:
@@ -114,6 +113,7 @@ class KVOffloadPool:
         runner must apply them; unpins the reloaded blocks (they become most recently used)."""
         offloads = [(gpu, cpu) for cpu, gpu in self._offloads.items()]
         reloads = self._reloads
+        self.num_offloaded_blocks += len(offloads)  # copies made: one per CPU block, the last store wins
         self._offloads, self._reloads = {}, []
         for block_hash, cpu in self.pinned.items():
             self.cached[block_hash] = cpu

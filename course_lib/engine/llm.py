@@ -131,7 +131,8 @@ class LLM:
             model, quantization, **QUANTIZATION_OPTIONS.get(quantization, {}))
         self.kv_cache_dtype = kv_cache_dtype
         kv_dtype = next(model.parameters()).dtype if not fp8_cache else kv_dtype  # "auto": the model's own
-        set_kv_scales_(model, calibrate_kv_scales(model) if fp8_cache else None)  # of the model as served
+        if fp8_cache:  # on this engine's own copy: a caller's model (perhaps serving another engine) is untouched
+            set_kv_scales_(model, calibrate_kv_scales(model))
         self.kv_scales = [layer.self_attn.kv_scales for layer in model.model.layers] if fp8_cache else None
         if tensor_parallel_size != 1:
             check_tensor_parallel_size(model.config, tensor_parallel_size)

@@ -21,7 +21,7 @@ from course_lib.kernels.paged_attention import (
     paged_decode_attention,
     paged_prefill_attention,
 )
-from course_lib.quant.kv_fp8 import is_fp8, quantize_fp8
+from course_lib.quant.kv_fp8 import is_fp8, quantize_fp8, required_scales
 
 
 @dataclass
@@ -69,14 +69,14 @@ class TritonAttentionMetadata:
     def write(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               kv_scales: tuple[float, float] | None = None) -> None:
         if is_fp8(kv_cache):  # the kernel copies elements: e4m3 codes as bytes
-            k_scale, v_scale = kv_scales or (1.0, 1.0)
+            k_scale, v_scale = required_scales(kv_scales)
             k, v = quantize_fp8(k, k_scale).view(torch.uint8), quantize_fp8(v, v_scale).view(torch.uint8)
             kv_cache = kv_cache.view(torch.uint8)
         write_kv_cache(k, v, kv_cache[0], kv_cache[1], self.slot_mapping)
 
     def attend(self, q: torch.Tensor, kv_cache: torch.Tensor, scale: float,
                kv_scales: tuple[float, float] | None = None) -> torch.Tensor:
-        k_scale, v_scale = kv_scales or (1.0, 1.0)
+        k_scale, v_scale = required_scales(kv_scales) if is_fp8(kv_cache) else (1.0, 1.0)  # ignored unless fp8
         out = torch.empty_like(q)
         if len(self.decode_rows):
             out[self.decode_rows] = paged_decode_attention(q[self.decode_rows], kv_cache[0], kv_cache[1],

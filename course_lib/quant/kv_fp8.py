@@ -9,7 +9,8 @@ by a scale.
 
 * **Write** (``quantize_fp8``): ``fp8(clamp(x / scale, -448, 448))``, computed in float32 and
   rounded to the nearest e4m3 value (ties to even). Clamping first saturates an out-of-range
-  value at +-448 (a plain cast would give NaN: e4m3fn has no infinity).
+  value at +-448 explicitly (e4m3fn has no infinity; PyTorch's CPU cast happens to saturate, but
+  the clamp does not rely on what a given device's cast does).
 * **Read** (``dequantize_fp8``): ``float32(code) * scale``, then cast to the model dtype.
 * ``fake_quantize_fp8`` is the two in a row: what the attention of an fp8-cached model sees. The
   model's dense forward applies it when its layers carry scales (``LlamaAttention.kv_scales``), so
@@ -17,7 +18,8 @@ by a scale.
   measures exactly what the engine serves.
 
 **Scale rule** (one per-tensor scale per layer for K and one for V, as vLLM's ``k_scale`` /
-``v_scale``): calibrated once, before serving, by a dense forward over ``CALIBRATION_WINDOWS``
+``v_scale``; vLLM reads them from the checkpoint and uses 1.0 where it has none, unless asked to
+calculate them on the first batch): calibrated once, before serving, by a dense forward over ``CALIBRATION_WINDOWS``
 windows of ``CALIBRATION_TOKENS`` tokens of the model's *training* corpus (never the held-out text
 the gate scores), recording each layer's largest ``|K|`` (after the rotary embedding, as cached) and
 largest ``|V|``. Then ``k_scale = amax_K / 200`` and ``v_scale = amax_V / 100``: the constants
@@ -47,6 +49,15 @@ def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch
         raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES} ('auto' = the model's dtype), "
                          f"got {kv_cache_dtype!r}.")
     return model_dtype if kv_cache_dtype == "auto" else FP8_DTYPE
+
+
+def required_scales(kv_scales: tuple[float, float] | None) -> tuple[float, float]:
+    """An fp8 cache's (k_scale, v_scale); None means the layer lost its calibration, which must fail
+    loudly: silently reading at scale 1.0 would serve garbage."""
+    if kv_scales is None:
+        raise RuntimeError("This layer writes or reads an fp8 KV cache but carries no kv_scales: its model was "
+                           "changed after the engine calibrated it. Build the LLM again with kv_cache_dtype='fp8'.")
+    return kv_scales
 
 
 def is_fp8(tensor: torch.Tensor) -> bool:

@@ -115,6 +115,25 @@ def test_a_model_object_keeps_its_own_attention(tiny_model):
     assert all(layer.self_attn.kv_scales is not None for layer in llm.model.model.layers)
 
 
+def test_a_second_engine_on_the_same_model_leaves_the_first_intact(tiny_model):
+    """An "auto" engine built on an fp8 engine's model must not clear the scales that engine serves with."""
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    fp8 = LLM(tiny_model, max_model_len=64, kv_cache_dtype="fp8")
+    before = [layer.self_attn.kv_scales for layer in fp8.model.model.layers]
+    first = fp8.generate([[5, 6, 7, 8]], params)[0].outputs[0].token_ids
+    LLM(fp8.model, max_model_len=64)
+    assert [layer.self_attn.kv_scales for layer in fp8.model.model.layers] == before
+    assert fp8.generate([[5, 6, 7, 8]], params)[0].outputs[0].token_ids == first
+
+
+def test_an_fp8_cache_without_scales_fails_loudly(tiny_model):
+    fp8 = LLM(tiny_model, max_model_len=64, kv_cache_dtype="fp8")
+    for layer in fp8.model.model.layers:
+        layer.self_attn.kv_scales = None
+    with pytest.raises(RuntimeError, match="carries no kv_scales"):
+        fp8.generate([[5, 6, 7, 8]], SamplingParams(temperature=0, max_tokens=2))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
                     reason="needs a GPU or Triton's interpreter")
 def test_the_triton_backend_serves_the_fp8_cache_as_the_pytorch_backend_does(tiny_model):

@@ -241,7 +241,9 @@ def test_an_evicted_cached_block_stays_findable_on_one_tier(ops):
         elif op == "free" and held:
             pool.free_blocks([held.pop(pick % len(held))])
         elif op == "lookup":
-            offload.take_transfers()
+            key = hash_block_tokens(None, [pick])
+            assert (offload.lookup(key) is not None) == (key in offload.cached)
+        offload.take_transfers()  # every op its own step: each store is a copy made
         gpu = set(pool.cached_block_hash_to_block)
         cpu = set(offload.cached) | set(offload.pinned)
         forgotten = ever - gpu - cpu
@@ -289,8 +291,18 @@ def test_an_fp8_kv_cache_offloads_and_reloads_its_bytes_unchanged():
     for offload in (None, 4):
         llm = LLM("tiny-llama", kv_cache_dtype="fp8", num_gpu_blocks=4, max_model_len=64, max_num_seqs=1,
                   kv_offload_blocks=offload)
-        llm.generate([long, evicting], params)
+        first = llm.generate([long], params)[0]
+        stored = {block.block_hash: [c[:, block.block_id].clone() for c in llm.runner.kv_caches]
+                  for block in llm.kv_cache_manager.block_pool.blocks if block.block_hash is not None}
+        llm.generate([evicting], params)
         again = llm.generate([long], params)[0]
+        if offload:  # every block the returning prompt reloaded holds, byte for byte, what it held before
+            assert first.num_cached_tokens == 0
+            reloaded = [b for b in llm.kv_cache_manager.block_pool.blocks if b.block_hash in stored]
+            assert len(reloaded) == 3
+            for block in reloaded:
+                for cache, kept in zip(llm.runner.kv_caches, stored[block.block_hash]):
+                    assert torch.equal(cache[:, block.block_id].view(torch.uint8), kept.view(torch.uint8))
         assert again.num_cached_tokens == (48 if offload else 0)
         if offload:  # the CPU tier holds the fp8 bytes themselves (the scales are per layer, not per block)
             assert llm.runner.offload_caches[0].dtype == llm.runner.kv_caches[0].dtype == torch.float8_e4m3fn
