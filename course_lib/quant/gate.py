@@ -418,7 +418,9 @@ def evaluate(baseline, schemes, data: HeldOut | None = None, *, windows: int = 9
     return GateResult(baseline_info, results, thresholds, settings, time.perf_counter() - started)
 
 
-def format_table(result: GateResult) -> str:
+def table_rows(result: GateResult) -> tuple[list[str], list[list[str]]]:
+    """The gate's table as text cells: the header, the baseline's row (its own bits/byte in
+    parentheses), then one row per scheme with its verdict last."""
     base = result.baseline["bits_per_byte"]
     buckets, sections = list(base["buckets"]), [s for s in SECTIONS if base["sections"][s]["tokens"]]
     head = (["scheme", "bpb", "d overall"] + [f"d pos {b}" for b in buckets] + [f"d {s}" for s in sections]
@@ -435,6 +437,11 @@ def format_table(result: GateResult) -> str:
                     + [f"{s.greedy['agreement']:.3f}", f"{s.greedy['identical']:.3f}",
                        f"{s.structure['kept_fraction']:.3f}",
                        "PASS" if s.passed else "FAIL (" + ", ".join(failed) + ")"])
+    return head, rows
+
+
+def format_table(result: GateResult) -> str:
+    head, rows = table_rows(result)
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     lines = ["  ".join(c.rjust(wd) for c, wd in zip(r, widths)) for r in [head] + rows]
     t = result.thresholds

@@ -15,7 +15,7 @@ import html
 import matplotlib.pyplot as plt
 import numpy as np
 
-from course_lib.quant.gate import SECTIONS, GateResult
+from course_lib.quant.gate import SECTIONS, GateResult, table_rows
 
 OFF_CHART = 3  # a threshold more than this many times the tallest bar is named, not drawn
 
@@ -64,32 +64,17 @@ def _cell(text: str, bold: bool = False) -> str:
 
 
 def gate_table_html(result: GateResult) -> str:
-    """The gate's table (``gate.format_table``'s numbers) as HTML, with a legend under it."""
-    base = result.baseline["bits_per_byte"]
-    buckets = list(base["buckets"])
-    sections = [s for s in SECTIONS if base["sections"][s]["tokens"]]
-    head = (["scheme", "bits/byte", "+ overall"] + [f"+ pos {b}" for b in buckets] + [f"+ {s}" for s in sections]
-            + ["agreement", "identical", "structure kept", "verdict"])
-    rows = [["float32 (baseline)", f"{base['bits_per_byte']:.4f}", ""]
-            + [f"({base['buckets'][b]['bits_per_byte']:.3f})" for b in buckets]
-            + [f"({base['sections'][s]['bits_per_byte']:.3f})" for s in sections]
-            + ["", "", f"{result.baseline['code_lines_balanced']}/{result.baseline['code_lines']} balanced", ""]]
-    for s in result.schemes:
-        failed = [k for k, c in s.checks.items() if not c["passed"]]
-        rows.append([s.scheme, f"{s.bits_per_byte['bits_per_byte']:.4f}", f"{s.delta['overall']:+.4f}"]
-                    + [f"{s.delta['buckets'][b]:+.4f}" for b in buckets]
-                    + [f"{s.delta['sections'][x]:+.4f}" for x in sections]
-                    + [f"{s.greedy['agreement']:.3f}", f"{s.greedy['identical']:.3f}",
-                       f"{s.structure['kept_fraction']:.3f}", "PASS" if s.passed else "FAIL: " + ", ".join(failed)])
+    """The gate's table (``gate.table_rows``) as HTML, with a legend under it."""
+    head, rows = table_rows(result)
     header = "".join(f"<th style='padding:2px 8px;white-space:nowrap'>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(_cell(c, bold=(i == len(r) - 1)) for i, c in enumerate(r)) + "</tr>"
                    for r in rows)
     t, settings = result.thresholds, result.settings
-    legend = (f"<p style='font-size:90%'><b>+</b> columns: bits/byte above the float32 model (its own value in "
+    legend = (f"<p style='font-size:90%'><b>bpb</b>: bits per byte. <b>d</b> columns: bits/byte above the float32 model (its own value in "
               f"parentheses), overall, by position of the predicted token in its {settings['window']}-token "
-              "window, and by section of the text. <b>agreement</b>: mean share of greedy tokens equal to the "
-              "baseline's before the first difference; <b>identical</b>: share of continuations equal token for "
-              "token; <b>structure kept</b>: share of the code lines the baseline balances that the scheme "
+              "window, and by section of the text. <b>agree</b>: mean share of greedy tokens equal to the "
+              "baseline's before the first difference; <b>ident</b> (identical): share of continuations equal token for "
+              "token; <b>struct</b> (structure kept): share of the code lines the baseline balances that the scheme "
               f"balances too. Limits: +{t['max_bpb_increase']} overall, +{t['max_bpb_increase_bucket']} per "
               f"bucket, +{t['max_bpb_increase_section']} per section, agreement at least {t['min_agreement']}, "
               f"structure kept at least {t['min_structure_kept']}. {settings['windows']} windows, "

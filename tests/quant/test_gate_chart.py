@@ -75,7 +75,7 @@ def test_the_table_shows_every_scheme_its_numbers_and_verdict(result):
     assert page.count("<tr>") == 1 + 1 + len(result.schemes)  # header, baseline, one per scheme
     for s in result.schemes:
         assert f">{s.scheme}<" in page and f"{s.delta['overall']:+.4f}" in page
-        assert ("PASS" if s.passed else "FAIL: ") in page
+        assert ("PASS" if s.passed else "FAIL (") in page
     halved = next(s for s in result.schemes if s.scheme == "halved")
-    assert not halved.passed and "FAIL: bpb_overall" in page
-    assert "white-space:nowrap" in page and "structure kept" in page
+    assert not halved.passed and "FAIL (bpb_overall" in page
+    assert "white-space:nowrap" in page and "structure kept" in page and "fp32" in page
