@@ -59,7 +59,7 @@ from course_lib.models.loader import load_model
 from course_lib.models.tensor_parallel_llama import check_tensor_parallel_size
 from course_lib.models.tokenizer import ByteTokenizer
 from course_lib.perf.kv import kv_bytes_per_token
-from course_lib.quant.kv_fp8 import calibrate_kv_scales, kv_cache_torch_dtype, set_kv_scales_
+from course_lib.quant.kv_fp8 import FP8_DTYPE, calibrate_kv_scales, kv_cache_torch_dtype, set_kv_scales_
 from course_lib.quant.linear import quantize_model_
 
 QUANTIZATION_OPTIONS = {"int4": {"group_size": 128, "pad_k": True}}  # per scheme: quantize_model_'s options
@@ -118,8 +118,7 @@ class LLM:
         if quantization is not None and tensor_parallel_size != 1:
             raise ValueError("This engine quantizes with tensor_parallel_size=1 only; drop quantization or "
                              "tensor_parallel_size.")
-        kv_dtype = kv_cache_torch_dtype(kv_cache_dtype, dtype)  # refuses a bad value before any work
-        fp8_cache = kv_cache_dtype != "auto"
+        fp8_cache = kv_cache_torch_dtype(kv_cache_dtype, dtype) == FP8_DTYPE  # refuses a bad value before any work
         if fp8_cache and tensor_parallel_size != 1:
             raise ValueError('This engine runs kv_cache_dtype="fp8" with tensor_parallel_size=1 only; drop '
                              "kv_cache_dtype or tensor_parallel_size.")
@@ -130,7 +129,7 @@ class LLM:
         self.quantization_summary = None if quantization is None else quantize_model_(
             model, quantization, **QUANTIZATION_OPTIONS.get(quantization, {}))
         self.kv_cache_dtype = kv_cache_dtype
-        kv_dtype = next(model.parameters()).dtype if not fp8_cache else kv_dtype  # "auto": the model's own
+        kv_dtype = kv_cache_torch_dtype(kv_cache_dtype, next(model.parameters()).dtype)  # "auto": the model's own
         if fp8_cache:  # on this engine's own copy: a caller's model (perhaps serving another engine) is untouched
             set_kv_scales_(model, calibrate_kv_scales(model))
         self.kv_scales = [layer.self_attn.kv_scales for layer in model.model.layers] if fp8_cache else None
@@ -145,7 +144,7 @@ class LLM:
         if num_gpu_blocks is None:
             num_gpu_blocks = self._default_num_blocks(load_device, gpu_memory_utilization, block_size,
                                                       max_num_seqs, max_model_len,
-                                                      torch.empty((), dtype=kv_dtype).element_size())
+                                                      kv_dtype.itemsize)
         if num_gpu_blocks * block_size < max_model_len:
             raise ValueError(
                 f"A KV cache of {num_gpu_blocks} blocks x {block_size} tokens cannot hold one request of "

@@ -154,11 +154,11 @@ def _triton_state() -> tuple[bool, bool]:
 def int4_path(kernel: str, x: torch.Tensor) -> str:
     """The int4 matmul path a layer with ``kernel`` takes for input ``x`` (the module docstring's rule).
     Forcing "triton" where it cannot run raises ``ValueError`` saying what to change."""
-    if kernel == "torch":
-        return TORCH_PATH
+    if kernel == "torch" or (kernel == "auto" and not (x.is_cuda and x.dtype in KERNEL_DTYPES)):
+        return TORCH_PATH  # decided without touching Triton: this runs on every int4 layer's every call
     available, interprets = _triton_state()
     if kernel == "auto":
-        return INT4_TRITON if available and x.is_cuda and x.dtype in KERNEL_DTYPES else TORCH_PATH
+        return INT4_TRITON if available else TORCH_PATH
     if not available:
         raise ValueError('kernel="triton" needs the triton package (Linux); use kernel="torch" or "auto".')
     if not x.is_cuda and not interprets:
