@@ -104,7 +104,7 @@ def calibrate_kv_scales(model: nn.Module, inputs: torch.Tensor | None = None) ->
     amax = [[0.0, 0.0] for _ in layers]
     saved = [layer.kv_scales for layer in layers]
     for i, layer in enumerate(layers):
-        def observe(x, rope, i=i, qkv=type(layer)._qkv.__get__(layer)):
+        def observe(x, rope, i=i, qkv=layer._qkv):  # the bound method, taken before the shadowing below
             q, k, v = qkv(x, rope)
             amax[i][0] = max(amax[i][0], float(k.abs().max()))
             amax[i][1] = max(amax[i][1], float(v.abs().max()))
