@@ -60,6 +60,7 @@ def test_continuous_gains_grow_with_the_spread():
     assert [trace.name for trace in fig.data] == ["4 slots", "8 slots"]
     assert list(fig.data[1].y) == list(ratios[8].values())
     assert fig.layout.title.text and "(" in fig.layout.xaxis.title.text and "(" in fig.layout.yaxis.title.text
+    assert fig.data[1].hovertemplate.startswith("8 slots, spread %{x:.2f}") and "%{y:.2f}x" in fig.data[1].hovertemplate
 
 
 def ratio_in(readout: str) -> float:

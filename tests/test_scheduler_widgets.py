@@ -1,4 +1,5 @@
-"""Module 03's widgets: the scheduler stepper, the token-budget explorer and the hash-chain picture."""
+"""Module 03's widgets: the scheduler stepper, the token-budget explorer and sweep, the preemption
+timeline and the hash-chain picture."""
 
 import matplotlib
 import pytest
@@ -6,9 +7,10 @@ import pytest
 from course_lib.engine.block_hash import hash_request_blocks
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
+from course_lib.engine.simulated import SimulatedEngine
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
-from course_lib.perf.workloads import document_among_chats
+from course_lib.perf.workloads import document_among_chats, poisson
 from course_lib.widgets.budget_explorer import (
     TokenBudgetExplorer,
     latency_summary,
@@ -16,6 +18,7 @@ from course_lib.widgets.budget_explorer import (
     simulate_budget,
 )
 from course_lib.widgets.hash_chain import draw_hash_chains, prefix_hits
+from course_lib.widgets.preemption_timeline import cumulative_preemptions, preemption_timeline_figure
 from course_lib.widgets.scheduler_stepper import record_run, scheduler_stepper
 
 matplotlib.use("Agg")
@@ -82,8 +85,46 @@ def test_budget_sweep_shows_the_itl_ttft_trade():
     assert summaries[512]["chat worst gap"] < summaries[8192]["chat worst gap"] / 4
     assert summaries[512]["document TTFT"] > summaries[8192]["document TTFT"]
     fig = plot_budget_sweep(summaries, slo_ms=50)
-    for ax in fig.axes:
-        assert ax.get_title() and "(" in ax.get_ylabel() and ax.get_xlabel()
+    traces = {trace.name: trace for trace in fig.data}
+    assert list(traces) == ["chat ITL P99", "chat worst gap", "target 50 ms", "document TTFT"]
+    for key in ("chat ITL P99", "chat worst gap"):  # the simulated values, in ms, at each budget
+        assert list(traces[key].x) == [512, 8192] and list(traces[key].y) == [summaries[b][key] for b in (512, 8192)]
+        assert "ms" in traces[key].hovertemplate and "budget" in traces[key].hovertemplate
+    assert list(traces["document TTFT"].y) == [summaries[b]["document TTFT"] / 1000 for b in (512, 8192)]
+    assert " s<" in traces["document TTFT"].hovertemplate and traces["document TTFT"].xaxis == "x2"
+    assert list(traces["target 50 ms"].y) == [50, 50]
+    assert fig.layout.title.text
+    for axis in (fig.layout.xaxis, fig.layout.xaxis2):
+        assert axis.type == "log" and "(tokens" in axis.title.text and list(axis.tickvals) == [512, 8192]
+    assert "(ms" in fig.layout.yaxis.title.text and "(s)" in fig.layout.yaxis2.title.text
+    assert [a.text for a in fig.layout.annotations] == ["Chat users while a 16k-token document arrives",
+                                                       "What the document pays for smaller steps"]
+
+
+def test_preemption_timeline_draws_what_the_simulation_reported():
+    busy = poisson(200, rate_per_s=50, mean_prompt=256, mean_output=512, seed=3)
+    model, l4 = get_model("Llama-3.1-8B"), get_gpu("L4-24GB")
+    runs = {f"max_num_seqs={n}": SimulatedEngine(model, l4, max_model_len=8192, max_num_seqs=n).run(busy)
+            for n in (1024, 32)}
+    thrashing = runs["max_num_seqs=1024"]
+    assert thrashing.preemptions > 0  # else the picture would show nothing worth reading
+    counts = cumulative_preemptions(thrashing)
+    assert counts[-1] == thrashing.preemptions and counts == sorted(counts)
+    fig = preemption_timeline_figure(runs, title="Llama-3.1-8B on the L4")
+    assert len(fig.data) == 4 and fig.layout.title.text == "Llama-3.1-8B on the L4"
+    count_trace, usage_trace = fig.data[0], fig.data[1]
+    assert count_trace.name == usage_trace.name == "max_num_seqs=1024"
+    assert count_trace.showlegend is not False and usage_trace.showlegend is False  # one legend entry per run
+    assert list(count_trace.x) == [step.time_s for step in thrashing.steps] == list(usage_trace.x)
+    assert list(count_trace.y) == counts
+    assert list(usage_trace.y) == [100 * step.kv_usage for step in thrashing.steps]
+    assert max(usage_trace.y) > 95  # thrashing: the cache sits full
+    assert list(fig.data[2].y) == [0] * len(runs["max_num_seqs=32"].steps)  # 32 sequences: no preemption
+    assert "s:" in count_trace.hovertemplate and "preemptions" in count_trace.hovertemplate
+    assert "% of KV blocks" in usage_trace.hovertemplate
+    assert fig.layout.xaxis.title.text == fig.layout.xaxis2.title.text == "simulated time (s)"
+    assert "(count)" in fig.layout.yaxis.title.text and "(%)" in fig.layout.yaxis2.title.text
+    assert "vllm:num_preemptions_total" in fig.layout.annotations[0].text
 
 
 def test_hash_chain_hits_stop_at_the_first_difference():

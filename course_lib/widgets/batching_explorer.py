@@ -114,8 +114,10 @@ def plot_spread_sweep(ratios: dict[int, dict[float, float]], num_requests: int, 
     fig = go.Figure()
     for slots, by_spread in ratios.items():
         fig.add_scatter(x=list(by_spread), y=list(by_spread.values()), mode="lines+markers",
-                        name=f"{slots} slots", hovertemplate="spread %{x:.2f}: %{y:.2f}x<extra></extra>")
-    fig.add_hline(y=1, line_dash="dot", line_color="grey")
+                        name=f"{slots} slots",
+                        hovertemplate=f"{slots} slots, spread %{{x:.2f}} (std / mean): continuous / static "
+                                      "throughput %{y:.2f}x<extra></extra>")
+    fig.add_hline(y=1, line_dash="dot", line_color="grey", annotation_text="1x: no gain")
     fig.update_layout(title=f"Continuous over static batching: {num_requests} requests, mean output {mean_output} "
                             "tokens", xaxis_title="spread of output lengths (standard deviation / mean)",
                       yaxis_title="throughput ratio (continuous / static, x)", height=380, margin=dict(t=50))

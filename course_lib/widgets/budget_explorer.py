@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 
 import ipywidgets as w
-import matplotlib.pyplot as plt
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from course_lib.engine.simulated import SimulatedEngine, SimulationReport
 from course_lib.perf.hardware import GPU
@@ -49,23 +50,33 @@ def plot_step_times(ax, report: SimulationReport, document_id: str, title: str) 
     ax.set(xlabel="simulated time (s)", ylabel="step duration (ms)", yscale="log", title=title)
 
 
-def plot_budget_sweep(summaries: dict[int, dict[str, float]], slo_ms: float):
-    """Chat gaps and the document's TTFT against the budget, with the ITL target drawn."""
+def plot_budget_sweep(summaries: dict[int, dict[str, float]], slo_ms: float) -> go.Figure:
+    """Chat gaps (ms, left) and the document's TTFT (s, right) against the budget, with the ITL
+    target drawn; hovering a point reads its value. Both x axes are log, ticked at each budget."""
     budgets = sorted(summaries)
-    fig, (gap_ax, ttft_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
-    for key, style in (("chat ITL P99", "o-"), ("chat worst gap", "s--")):
-        gap_ax.plot(budgets, [summaries[b][key] for b in budgets], style, label=key)
-    gap_ax.axhline(slo_ms, color="#2ca02c", lw=1, label=f"target {slo_ms:g} ms")
-    gap_ax.set(xscale="log", yscale="log", xlabel="max_num_batched_tokens", ylabel="inter-token latency (ms)",
-               title="Chat users while a 16k-token document arrives")
-    gap_ax.legend(fontsize=8)
-    ttft_ax.plot(budgets, [summaries[b]["document TTFT"] / 1000 for b in budgets], "o-", color="#d62728")
-    ttft_ax.set(xscale="log", xlabel="max_num_batched_tokens", ylabel="document TTFT (s)", ylim=(0, None),
-                title="What the document pays for smaller steps")
-    for ax in (gap_ax, ttft_ax):
-        ax.set_xticks(budgets, [str(b) for b in budgets], rotation=45)
-    fig.tight_layout()
-    return fig
+    figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
+        "Chat users while a 16k-token document arrives", "What the document pays for smaller steps"))
+    for key, colour, dash, symbol in (("chat ITL P99", "#1f77b4", "solid", "circle"),
+                                      ("chat worst gap", "#ff7f0e", "dash", "square")):
+        figure.add_trace(go.Scatter(
+            x=budgets, y=[summaries[b][key] for b in budgets], mode="lines+markers", name=key,
+            line={"color": colour, "dash": dash}, marker={"symbol": symbol},
+            hovertemplate=f"budget %{{x}} tokens: {key} %{{y:,.1f}} ms<extra></extra>"), row=1, col=1)
+    figure.add_trace(go.Scatter(
+        x=[budgets[0], budgets[-1]], y=[slo_ms, slo_ms], mode="lines", name=f"target {slo_ms:g} ms",
+        line={"color": "#2ca02c", "width": 1}, hovertemplate=f"ITL target: {slo_ms:g} ms<extra></extra>"),
+        row=1, col=1)
+    figure.add_trace(go.Scatter(
+        x=budgets, y=[summaries[b]["document TTFT"] / 1000 for b in budgets], mode="lines+markers",
+        name="document TTFT", line={"color": "#d62728"},
+        hovertemplate="budget %{x} tokens: document TTFT %{y:.3f} s<extra></extra>"), row=1, col=2)
+    figure.update_xaxes(type="log", title_text="max_num_batched_tokens (tokens, log scale)", tickvals=budgets,
+                        ticktext=[str(b) for b in budgets], tickangle=-45)
+    figure.update_yaxes(type="log", title_text="inter-token latency (ms, log scale)", row=1, col=1)
+    figure.update_yaxes(title_text="document TTFT (s)", rangemode="tozero", row=1, col=2)
+    figure.update_layout(title="The token budget: chat users' gaps against the document's time to first token",
+                         height=440, legend={"orientation": "h", "y": -0.3}, margin={"t": 80, "b": 130})
+    return figure
 
 
 class TokenBudgetExplorer(w.VBox):

@@ -6,6 +6,7 @@ import math
 
 import ipywidgets as w
 import numpy as np
+import plotly.graph_objects as go
 
 from course_lib.perf.comm import (
     ALGORITHMS,
@@ -17,7 +18,8 @@ from course_lib.perf.comm import (
     crossover_bytes,
 )
 from course_lib.perf.units import KiB, format_bytes
-from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
+from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.plotly_pane import PlotlyPane
 
 SIZES = np.logspace(10, 32, 200, base=2)  # 1 KiB .. 4 GiB
 CHUNKS = [("whole message (the lesson's table)", 0), ("32 KiB per tree", 32 * KiB),
@@ -42,23 +44,45 @@ def log_options(low: float, high: float, presets: list[float]) -> list[tuple[str
     return [(f"{value:g}", value) for value in sorted(grid | set(presets))]
 
 
-def plot_crossover(ax, num_ranks: int, alpha_s: float, beta: float, message_bytes: float | None = None,
-                   chunk_bytes: float | None = TREE_CHUNK_BYTES) -> None:
-    """All-reduce time against message size for each algorithm, and dashed, where the fastest
+def _vertical(figure: go.Figure, x: float, low: float, high: float, name: str, colour: str, dash: str) -> None:
+    """A vertical line as a trace with a legend entry (shapes on log axes want log10 coordinates)."""
+    figure.add_trace(go.Scatter(x=[x, x], y=[low, high], mode="lines", name=name,
+                                line={"color": colour, "dash": dash, "width": 1.5},
+                                hovertemplate=f"{name}<extra></extra>"))
+
+
+def crossover_figure(num_ranks: int, alpha_s: float, beta: float, message_bytes: float | None = None,
+                     chunk_bytes: float | None = TREE_CHUNK_BYTES) -> go.Figure:
+    """All-reduce time (µs) against message size for each algorithm, and dashed, where the fastest
     becomes the ring: the double binary tree is never slower than the single tree (fewer
-    bytes, fewer chunks), so the verdict switches once, where the ring overtakes it."""
-    for cost in ALGORITHMS.values():
-        ax.plot(SIZES, [cost.time(num_ranks, size, alpha_s, beta, chunk_bytes) * 1e6 for size in SIZES],
-                label=cost.name)
+    bytes, fewer chunks), so the verdict switches once, where the ring overtakes it. Hovering
+    any curve gives the message size and every algorithm's time there."""
+    times = {cost.name: [cost.time(num_ranks, size, alpha_s, beta, chunk_bytes) * 1e6 for size in SIZES]
+             for cost in ALGORITHMS.values()}
+    names = list(times)
+    customdata = [[format_bytes(size)] + [times[name][i] for name in names] for i, size in enumerate(SIZES)]
+    listing = "<br>".join(f"{name}: %{{customdata[{k + 1}]:,.1f}} µs" for k, name in enumerate(names))
+    figure = go.Figure()
+    for name, values in times.items():
+        figure.add_trace(go.Scatter(x=SIZES, y=values, mode="lines", name=name, customdata=customdata,
+                                    hovertemplate=f"<b>{name}</b>, message %{{customdata[0]}}<br>{listing}"
+                                                  "<extra></extra>"))
+    low, high = min(map(min, times.values())), max(map(max, times.values()))
     crossing = crossover_bytes(DOUBLE_BINARY_TREE, RING, num_ranks, alpha_s, beta, chunk_bytes)
     if crossing and SIZES[0] <= crossing <= SIZES[-1]:
-        ax.axvline(crossing, color="grey", ls="--", lw=1,
-                   label=f"ring overtakes double binary tree: {format_bytes(crossing)}")
+        _vertical(figure, crossing, low, high, f"ring overtakes double binary tree: {format_bytes(crossing)}",
+                  "grey", "dash")
     if message_bytes:
-        ax.axvline(message_bytes, color="#d62728", lw=1.5, label=f"your message: {format_bytes(message_bytes)}")
-    ax.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="all-reduce time (µs)",
-           title=f"All-reduce on {num_ranks} ranks: α = {alpha_s * 1e6:g} µs, {1 / beta / 1e9:g} GB/s per link")
-    ax.legend(fontsize=8)
+        _vertical(figure, message_bytes, low, high, f"your message: {format_bytes(message_bytes)}", "#d62728",
+                  "solid")
+    ticks = [KiB * 16**k for k in range(8)]  # 1 KiB, 16 KiB, ... 256 MiB, 4 GiB
+    figure.update_xaxes(type="log", title_text="message size (bytes, log scale)", tickvals=ticks,
+                        ticktext=[format_bytes(t) for t in ticks])
+    figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)")
+    figure.update_layout(title=f"All-reduce on {num_ranks} ranks: α = {alpha_s * 1e6:g} µs, "
+                               f"{1 / beta / 1e9:g} GB/s per link", height=460,
+                         legend={"orientation": "h", "y": -0.22}, margin={"t": 60, "b": 120})
+    return figure
 
 
 class CrossoverExplorer(w.VBox):
@@ -82,13 +106,13 @@ class CrossoverExplorer(w.VBox):
                                          value=message_bytes, description="message", style=style, layout=layout)
         self.chunk = w.Dropdown(options=CHUNKS, value=TREE_CHUNK_BYTES, description="tree pipeline chunk",
                                 style=style, layout=layout)
-        self.verdict, self.model, self.figure = w.HTML(), w.HTML(), FigurePane()
+        self.verdict, self.model, self.pane = w.HTML(), w.HTML(), PlotlyPane()
         self._loading = False
         self.link.observe(lambda _: self.load_link(), "value")
         for control in (self.num_ranks, self.alpha_us, self.bandwidth, self.message, self.chunk):
             control.observe(lambda _: self.refresh(), "value")
         super().__init__([self.link, self.num_ranks, self.alpha_us, self.bandwidth, self.message, self.chunk,
-                          self.verdict, self.figure, self.model])
+                          self.verdict, self.pane, self.model])
         self.refresh()
 
     @one_at_a_time  # a redraw from another thread waits until both sliders are set
@@ -104,7 +128,7 @@ class CrossoverExplorer(w.VBox):
     @one_at_a_time
     def refresh(self) -> None:
         if not self._loading:
-            self.figure.redraw(self.draw)
+            self.pane.show(self.draw())
 
     def draw(self):
         """Update the verdict and the model note from the sliders; return the figure."""
@@ -123,7 +147,4 @@ class CrossoverExplorer(w.VBox):
             f"<small>Model: α-β per hop, as in the lesson's table; {pipelining}. Left out: congestion, the "
             "NVLink-inside / network-between hierarchy, NCCL's protocols and its measured tuning, so read "
             "the crossovers as orders of magnitude.</small>")
-        fig = new_figure(8, 3.8)
-        plot_crossover(fig.subplots(), n, alpha, beta, self.message.value, chunk)
-        fig.tight_layout()
-        return fig
+        return crossover_figure(n, alpha, beta, self.message.value, chunk)

@@ -4,8 +4,8 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
-from course_lib.perf.comm import LINKS, TREE_CHUNK_BYTES
-from course_lib.widgets.crossover import CrossoverExplorer
+from course_lib.perf.comm import ALGORITHMS, LINKS, RING, TREE_CHUNK_BYTES
+from course_lib.widgets.crossover import SIZES, CrossoverExplorer
 from course_lib.widgets.rank_view import PrimitiveExplorer
 from course_lib.widgets.ring_stepper import record_ring, ring_frames, ring_stepper
 
@@ -57,16 +57,33 @@ def test_crossover_explorer_picks_the_winner():
 
 def test_crossover_explorer_redraws_in_place_from_exact_presets():
     explorer = CrossoverExplorer(num_ranks=512, message_bytes=4096)
-    pictures = set()
+    pane = explorer.pane
+    titles = set()
     for name, link in LINKS.items():
         explorer.link.value = name
         assert explorer.alpha_us.value * 1e-6 == pytest.approx(link.alpha_s, rel=1e-12)
         assert explorer.bandwidth.value * 1e9 == pytest.approx(link.bandwidth, rel=1e-12)
-        pictures.add(bytes(explorer.figure.value))
-    assert len(pictures) == len(LINKS) and not plt.get_fignums()  # a new PNG for each, no pyplot figure
+        assert explorer.pane is pane and pane in explorer.children  # the same plotly widget, redrawn
+        titles.add(pane.layout.title.text)
+    assert len(titles) == len(LINKS) and not plt.get_fignums()  # a new title for each, no pyplot figure
     explorer.link.value = "InfiniBand NDR 400 Gb/s (across nodes)"
-    ax = explorer.draw().axes[0]
-    assert ax.get_title().startswith("All-reduce on 512 ranks")
-    assert "µs" in ax.get_ylabel() and "bytes" in ax.get_xlabel()
-    labels = [line.get_label() for line in ax.get_lines()]
-    assert "ring overtakes double binary tree: 250.2 MiB" in labels  # the verdict's switch, 1 KiB to 4 GiB
+    assert pane.layout.title.text.startswith("All-reduce on 512 ranks: α = 5 µs")
+    assert "µs" in pane.layout.yaxis.title.text and "bytes" in pane.layout.xaxis.title.text
+    assert pane.layout.xaxis.type == pane.layout.yaxis.type == "log"
+    names = [trace.name for trace in pane.data]
+    assert names == ["ring", "binary tree", "double binary tree", "ring overtakes double binary tree: 250.2 MiB",
+                     "your message: 4.0 KiB"]  # the verdict's switch, 1 KiB to 4 GiB
+    # the curves are the cost model's times, in µs, at each size
+    alpha, beta = LINKS["InfiniBand NDR 400 Gb/s (across nodes)"].alpha_s, LINKS[
+        "InfiniBand NDR 400 Gb/s (across nodes)"].beta
+    ring = pane.data[0]
+    assert list(ring.y) == pytest.approx([RING.time(512, k, alpha, beta, TREE_CHUNK_BYTES) * 1e6 for k in SIZES])
+    # hovering any curve shows the size and every algorithm's time there, in µs
+    first = ring.customdata[0]  # 1 KiB
+    assert first[0] == "1.0 KiB" and list(first[1:]) == pytest.approx([
+        cost.time(512, 1024, alpha, beta, TREE_CHUNK_BYTES) * 1e6 for cost in ALGORITHMS.values()])
+    for trace in pane.data[:3]:
+        assert "%{customdata[0]}" in trace.hovertemplate and trace.hovertemplate.count("µs") == 3
+    assert list(pane.data[-1].x) == [4096, 4096]
+    explorer.message.value = 2**20
+    assert pane.data[-1].name == "your message: 1.0 MiB"
