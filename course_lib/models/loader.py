@@ -4,6 +4,14 @@
 folder path, for example a small Llama or Qwen2 checkpoint on a GPU box. Folders made
 by this course carry ``course_tokenizer.json`` (byte tokenizer); others use their own
 tokenizer through ``transformers`` when it is installed (none at all: prompts are token ids).
+
+Supported (``LlamaConfig.from_hf_dict``): ``LlamaForCausalLM`` and ``Qwen2ForCausalLM`` in the
+old (top-level ``rope_theta``/``rope_scaling``) and transformers 5 (``rope_parameters``) config
+formats; rope types default, linear and llama3; Llama's ``attention_bias``/``mlp_bias``, Qwen2's
+q/k/v biases; tied embeddings; an explicit ``head_dim``; every EOS id of ``config.json`` and
+``generation_config.json``. Anything else that changes the maths (other rope types, sliding
+windows, activations other than silu, quantized weights) raises ``ValueError`` naming the field,
+and weights must match the config exactly: the loaded model gives transformers' logits.
 """
 
 from __future__ import annotations
@@ -14,11 +22,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from course_lib.models.llama import LlamaConfig, LlamaForCausalLM
+from course_lib.models.llama import ARCHITECTURES, LlamaConfig, LlamaForCausalLM
 from course_lib.models.tokenizer import ByteTokenizer
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM"}
+MODEL_TYPES = {architecture: model_type for model_type, architecture in ARCHITECTURES.items()}
 
 
 def save_pretrained(model: LlamaForCausalLM, folder: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
@@ -53,9 +61,14 @@ def load_model(name_or_path: str | Path, dtype: torch.dtype = torch.float32, dev
     folder = resolve(name_or_path)
     data = json.loads((folder / "config.json").read_text())
     architecture = (data.get("architectures") or ["LlamaForCausalLM"])[0]
-    if architecture not in SUPPORTED:
-        raise ValueError(f"{folder}: architecture {architecture} is not supported; use one of {sorted(SUPPORTED)}.")
-    config = LlamaConfig.from_hf_dict(data)
+    if architecture not in MODEL_TYPES:
+        raise ValueError(f"{folder}: architecture {architecture} is not supported; use one of {sorted(MODEL_TYPES)}.")
+    generation = folder / "generation_config.json"
+    generation_eos = json.loads(generation.read_text()).get("eos_token_id") if generation.is_file() else None
+    try:
+        config = LlamaConfig.from_hf_dict({**data, "model_type": MODEL_TYPES[architecture]}, generation_eos)
+    except ValueError as error:
+        raise ValueError(f"{folder}: {error}") from error
     model = LlamaForCausalLM(config)
     state = {}
     for file in sorted(folder.glob("*.safetensors")):
