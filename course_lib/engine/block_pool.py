@@ -4,11 +4,19 @@ Invariants (checked by the property tests):
   * a block is in the free queue exactly when its ``ref_cnt`` is 0;
   * a block keeps its hash after it is freed, and stays findable in the prefix cache until it
     is popped from the free queue for reuse (lazy eviction);
-  * the free queue is ordered for eviction: least recently freed first, and within one freed
-    request the tail blocks first (they are the least likely to be shared);
-  * all queue operations are O(1) (a doubly linked list through the blocks themselves);
-  * with an offload pool (``engine/kv_offload.py``), evicting the block the prefix cache finds
-    for a hash first queues a copy of it to the CPU tier, so the hash stays findable there.
+  * the free queue is ordered for eviction (popped from the head). A freed block that holds a
+    cached hash joins the *tail*: least recently freed first, and within one freed request the
+    tail blocks first (they are the least likely to be shared). A freed block without a hash
+    (a partial block, or every block when caching is off) joins the *head*: it holds nothing
+    worth keeping, so it is reused at once and never pushes a cached prefix out of LRU order.
+    This is current vLLM V1's ``free_blocks``; earlier V1 releases appended every freed block;
+  * two blocks may hold the same hash (two requests computed the same block independently:
+    identical block-aligned prompts, ``n > 1`` siblings, a recompute after preemption). The cache
+    keeps every copy, keyed by hash then block id, as vLLM does; a lookup returns one of them,
+    and evicting one copy leaves the others findable;
+  * all queue and cache operations are O(1) (a doubly linked list through the blocks themselves);
+  * with an offload pool (``engine/kv_offload.py``), evicting the *last* GPU copy of a hash first
+    queues a copy of it to the CPU tier, so the hash stays findable there.
 """
 
 from __future__ import annotations
@@ -50,6 +58,14 @@ class FreeKVCacheBlockQueue:
         block.prev_free = block.next_free = None
         self.num_free_blocks -= 1
 
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        """Put ``blocks`` at the head, in the given order (``blocks[0]`` is popped next)."""
+        for block in reversed(blocks):
+            first = self._head.next_free
+            self._head.next_free, block.prev_free = block, self._head
+            block.next_free, first.prev_free = first, block
+        self.num_free_blocks += len(blocks)
+
     def popleft(self) -> KVCacheBlock:
         if self.num_free_blocks == 0:
             raise ValueError("No free block left; the caller must check num_free_blocks first.")
@@ -73,7 +89,8 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.enable_caching = enable_caching
-        self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+        # hash -> {block id: block}: every GPU block that holds that hash (usually exactly one)
+        self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
         self.offload = offload  # where evicted cached blocks go, or None: forgotten
 
     @property
@@ -81,7 +98,9 @@ class BlockPool:
         return self.free_block_queue.num_free_blocks
 
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
-        return self.cached_block_hash_to_block.get(block_hash) if self.enable_caching else None
+        """A block holding ``block_hash`` (the first cached, when several do), or None."""
+        copies = self.cached_block_hash_to_block.get(block_hash) if self.enable_caching else None
+        return next(iter(copies.values())) if copies else None
 
     def get_new_blocks(self, count: int) -> list[KVCacheBlock]:
         """Pop ``count`` blocks from the free queue's head, evicting any cached prefix they held."""
@@ -96,12 +115,16 @@ class BlockPool:
         return blocks
 
     def _evict(self, block: KVCacheBlock) -> None:
-        if block.block_hash is not None:
-            if self.cached_block_hash_to_block.get(block.block_hash) is block:
-                del self.cached_block_hash_to_block[block.block_hash]
-                if self.offload is not None:  # copied out before this step writes the block
-                    self.offload.offload(block.block_hash, block.block_id)
-            block.block_hash = None
+        """Forget ``block``'s hash; when it was the hash's last GPU copy, offload it first."""
+        if block.block_hash is None:
+            return
+        copies = self.cached_block_hash_to_block[block.block_hash]
+        del copies[block.block_id]
+        if not copies:
+            del self.cached_block_hash_to_block[block.block_hash]
+            if self.offload is not None:  # copied out before this step writes the block
+                self.offload.offload(block.block_hash, block.block_id)
+        block.block_hash = None
 
     def touch(self, blocks: list[KVCacheBlock]) -> None:
         """Take a reference on cache hits; a hit on a free block pulls it out of the free queue."""
@@ -113,21 +136,35 @@ class BlockPool:
     def cache_full_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Record that ``block`` now holds the full block named by ``block_hash``."""
         if not self.enable_caching or block.block_hash is not None:
-            return
+            return  # a prefix hit: already cached under this hash
         block.block_hash = block_hash
-        self.cached_block_hash_to_block.setdefault(block_hash, block)
+        self.cached_block_hash_to_block.setdefault(block_hash, {})[block.block_id] = block
 
     def free_blocks(self, ordered_blocks: list[KVCacheBlock]) -> None:
-        """Drop one reference from each block, in the given order; blocks reaching 0 join the free
-        queue's tail (so pass a request's blocks tail-first: its last blocks are evicted first)."""
+        """Drop one reference from each block, in the given order. Blocks reaching 0 that hold a
+        cached hash join the free queue's tail in that order (so pass a request's blocks tail-first:
+        its last blocks are evicted first); those without a hash join its head, for reuse first."""
+        unhashed = []
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt < 0:
                 raise RuntimeError(f"Block {block.block_id} freed more often than it was taken.")
             if block.ref_cnt == 0:
-                if not self.enable_caching:
-                    block.block_hash = None
-                self.free_block_queue.append(block)
+                if block.block_hash is None:
+                    unhashed.append(block)
+                else:
+                    self.free_block_queue.append(block)
+        self.free_block_queue.prepend_n(unhashed)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash (vLLM's ``reset_prefix_cache``); refused (False) while any
+        block is in use, since a running request's blocks must keep theirs."""
+        if self.num_free_blocks != len(self.blocks):
+            return False
+        self.cached_block_hash_to_block.clear()
+        for block in self.blocks:
+            block.block_hash = None
+        return True
 
     def usage(self) -> float:
         """Share of blocks that some request references."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PREEMPTION_MODES = ("recompute", "swap")
-POLICIES = ("continuous", "static")
+POLICIES = ("continuous", "fcfs", "static", "priority")  # "fcfs" is vLLM's name for "continuous"
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,10 @@ class SchedulerConfig:
     """Limits of one scheduling step, and what to do when KV blocks run out.
 
     ``long_prefill_token_threshold`` (0 = off) caps the tokens one request may take per step.
-    ``policy="static"`` admits new requests only when the whole running batch has finished.
+    ``policy``: "continuous" (or vLLM's "fcfs") admits in arrival order whenever there is room;
+    "priority" orders the waiting queue and preemption by each request's ``priority`` (lower
+    first), as vLLM's ``scheduling_policy="priority"``; "static" admits new requests only when
+    the whole running batch has finished.
     """
 
     max_num_seqs: int = 32

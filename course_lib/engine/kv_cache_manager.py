@@ -117,6 +117,16 @@ class KVCacheManager:
         targets = iter(fresh)
         return [hit if isinstance(hit, KVCacheBlock) else next(targets) for hit in hits]
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash on the GPU and in the offload tier, and zero the counters; False
+        (nothing changed) while any request holds blocks."""
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        if self.offload is not None:
+            self.offload.clear()
+        self.prefix_cache_stats = PrefixCacheStats()
+        return True
+
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """The step's offload copies (GPU block, CPU block) and reloads (CPU block, GPU block)."""
         return self.offload.take_transfers() if self.offload is not None else ([], [])

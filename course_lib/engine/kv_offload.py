@@ -108,6 +108,11 @@ class KVOffloadPool:
         self._reloads.append((cpu_block_id, gpu_block_id))
         self.num_reloaded_blocks += 1
 
+    def clear(self) -> None:
+        """Forget every stored hash (between steps: nothing pinned or pending)."""
+        self.free_ids = deque(range(self.num_blocks))
+        self.cached.clear()
+
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """This step's copies, ``(offloads as (gpu, cpu), reloads as (cpu, gpu))``, in the order the
         runner must apply them; unpins the reloaded blocks (they become most recently used)."""

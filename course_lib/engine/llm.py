@@ -46,6 +46,7 @@ import torch
 from course_lib.engine.backend import check_triton_possible, resolve_attention_backend
 from course_lib.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
+from course_lib.engine.engine_metrics import Metric, engine_metrics
 from course_lib.engine.metrics import SpecDecodeStats, StepRecord
 from course_lib.engine.model_runner import ATTENTION_BACKENDS, ModelRunner, prepare
 from course_lib.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
@@ -63,6 +64,16 @@ from course_lib.quant.kv_fp8 import FP8_DTYPE, calibrate_kv_scales, kv_cache_tor
 from course_lib.quant.linear import quantize_model_
 
 QUANTIZATION_OPTIONS = {"int4": {"group_size": 128, "pad_k": True}}  # per scheme: quantize_model_'s options
+
+
+def _one_per_prompt(value, count: int, name: str) -> list:
+    """``value`` repeated for ``count`` prompts, or the list given, which must have one per prompt."""
+    if not isinstance(value, (list, tuple)):
+        return [value] * count
+    if len(value) != count:
+        raise ValueError(f"{name} has {len(value)} entries for {count} prompts: give one per prompt, or a "
+                         "single value for all.")
+    return list(value)
 
 
 def _check_tensor_parallel_devices(model: LlamaForCausalLM, device: str, tensor_parallel_size: int) -> None:
@@ -238,11 +249,15 @@ class LLM:
         return ids
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    cache_salt: str | None = None, request_id: str | None = None) -> list[str]:
+                    cache_salt: str | None = None, request_id: str | None = None, priority: int = 0) -> list[str]:
         """Queue a prompt; ``params.n`` samples become sibling requests that share the prompt's
-        cached blocks. Returns their request ids."""
+        cached blocks. ``priority`` (lower runs first) needs ``scheduling_policy="priority"``.
+        Returns the request ids."""
         params = params or SamplingParams()
         self._check_open()
+        if priority != 0 and self.scheduler_config.policy != "priority":
+            raise ValueError(f"Got priority {priority}, but priority scheduling is off: create the LLM with "
+                             'scheduling_policy="priority".')
         prompt_ids = self._encode(prompt)
         base = request_id or str(next(self._ids))
         ids = []
@@ -252,8 +267,9 @@ class LLM:
             if child.seed is not None:
                 self._generators[child_id] = torch.Generator().manual_seed(child.seed)
             self.scheduler.add_request(Request(
-                child_id, prompt_ids, child, self.model.config.eos_token_id, time.perf_counter(),
-                self.cache_config.block_size, self.scheduler_config.max_model_len, cache_salt,
+                child_id, prompt_ids, child, self.model.config.eos_token_ids, time.perf_counter(),
+                self.cache_config.block_size, self.scheduler_config.max_model_len, cache_salt, priority,
+                self.tokenizer.decode if child.stop else None,
                 spec_stats=SpecDecodeStats(self.speculative_config.num_speculative_tokens)
                 if self.speculative_config else None))
             ids.append(child_id)
@@ -264,14 +280,14 @@ class LLM:
         """Schedule and run one step; return the requests that finished in it."""
         started = time.perf_counter()
         plan = self.scheduler.schedule()
-        sampled, model_time = {}, 0.0
+        sampled, logprobs, model_time = {}, {}, 0.0
         if plan.num_scheduled_tokens:
             tables = {rid: self.kv_cache_manager.block_ids(rid) for rid in plan.num_scheduled_tokens}
             batch = prepare(plan, self.scheduler.requests, tables, self.cache_config.block_size)
             model_started = time.perf_counter()
-            sampled = self.runner.execute(batch, self._generators)
+            sampled, logprobs = self.runner.execute(batch, self._generators)
             model_time = time.perf_counter() - model_started
-        finished = self.scheduler.update_from_output(plan, sampled, time.perf_counter())
+        finished = self.scheduler.update_from_output(plan, sampled, time.perf_counter(), logprobs)
         if self.proposer is not None:
             proposal_started = time.perf_counter()
             self._propose(sampled)
@@ -291,16 +307,21 @@ class LLM:
                 self.spec_decode_stats.merge(request.spec_stats)
         return finished
 
-    def generate(self, prompts: str | list[str] | list[list[int]], sampling_params: SamplingParams | None = None,
-                 cache_salt: str | None = None, on_step: Callable[[int], None] | None = None) -> list[RequestOutput]:
-        """Generate for every prompt (in the given order); ``on_step(step)`` reports progress."""
+    def generate(self, prompts: str | list[str] | list[list[int]],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 cache_salt: str | None = None, on_step: Callable[[int], None] | None = None,
+                 priority: list[int] | None = None) -> list[RequestOutput]:
+        """Generate for every prompt (outputs in the given order). ``sampling_params`` is one for all
+        prompts or a list with one per prompt, as is ``priority``; ``on_step(step)`` reports progress."""
         prompts = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else prompts
         self._check_open()
+        params = _one_per_prompt(sampling_params, len(prompts), "sampling_params")
+        priorities = _one_per_prompt(priority if priority is not None else 0, len(prompts), "priority")
         encoded = [self._encode(prompt) for prompt in prompts]  # every prompt is valid before any work starts
         groups = []
-        for prompt, prompt_ids in zip(prompts, encoded):
+        for prompt, prompt_ids, one, rank in zip(prompts, encoded, params, priorities):
             request_id = str(next(self._ids))
-            groups.append((request_id, prompt, self.add_request(prompt_ids, sampling_params, cache_salt, request_id)))
+            groups.append((request_id, prompt, self.add_request(prompt_ids, one, cache_salt, request_id, rank)))
         done: dict[str, Request] = {}
         while self.scheduler.has_unfinished_requests():
             for request in self.step():
@@ -325,12 +346,31 @@ class LLM:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix block (GPU and offload tier) and zero the prefix-cache counters,
+        as vLLM's ``LLM.reset_prefix_cache``; False (nothing reset) while requests hold blocks."""
+        return self.kv_cache_manager.reset_prefix_cache()
+
+    def get_metrics(self) -> list[Metric]:
+        """The engine's counters and gauges under vLLM's metric names (``LLM.get_metrics``)."""
+        return engine_metrics(self.scheduler, self.kv_cache_manager)
+
+    def _completion(self, index: int, request: Request) -> CompletionOutput:
+        """One finished request as vLLM reports it: the text stops before a stop string or stop token."""
+        ids = list(request.output_token_ids)
+        stopped_on_token = request.status is RequestStatus.FINISHED_STOPPED and request.stop_text_end is None
+        text = self.tokenizer.decode(ids[:-1] if stopped_on_token else ids)[:request.stop_text_end]
+        logprobs = cumulative = None
+        if request.logprobs is not None:
+            decode = self.tokenizer.decode
+            logprobs = [{token: replace(entry, decoded_token=decode([token])) for token, entry in step.items()}
+                        for step in request.logprobs]
+            cumulative = sum(step[token].logprob for step, token in zip(logprobs, ids))
+        return CompletionOutput(index, text, ids, "stop" if request.status is RequestStatus.FINISHED_STOPPED
+                                else "length", request.stop_reason, logprobs, cumulative)
+
     def _output(self, request_id: str, prompt, requests: list[Request]) -> RequestOutput:
-        completions = [
-            CompletionOutput(i, self.tokenizer.decode(r.output_token_ids), list(r.output_token_ids),
-                             "stop" if r.status is RequestStatus.FINISHED_STOPPED else "length")
-            for i, r in enumerate(requests)
-        ]
+        completions = [self._completion(i, r) for i, r in enumerate(requests)]
         first = requests[0]
         return RequestOutput(request_id, prompt if isinstance(prompt, str) else None,
                              list(first.prompt_token_ids), completions,

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 import torch
 
 from course_lib.engine.attention import build_metadata
-from course_lib.engine.rejection_sampler import rejection_sample
 from course_lib.engine.request import Request
-from course_lib.engine.sampler import sample
 from course_lib.engine.scheduler import SchedulerOutput
+from course_lib.engine.step_sampler import sample_step
 from course_lib.models.llama import LlamaForCausalLM
 
 ATTENTION_BACKENDS = ("torch", "triton")
@@ -91,24 +90,6 @@ def prepare(out: SchedulerOutput, requests: dict[str, Request], block_tables: di
     return ModelInput(batch, sampling, all_drafts)
 
 
-def sample_step(logits: torch.Tensor, step: ModelInput,
-                generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
-    """Sample for every request that reached its end: one token, or (with drafts) the verified run
-    of drafts plus one."""
-    drafts_of = step.drafts or [[]] * len(step.sampling)
-    sampled, row = {}, 0
-    for request, drafts in zip(step.sampling, drafts_of):
-        generator = generators.get(request.request_id)
-        if not drafts:
-            sampled[request.request_id] = sample(logits[row], request.sampling_params, generator)
-        else:
-            probs = None if request.spec_probs is None else request.spec_probs[:len(drafts)]
-            sampled[request.request_id], _ = rejection_sample(logits[row:row + len(drafts) + 1], drafts, probs,
-                                                              request.sampling_params, generator)
-        row += len(drafts) + 1
-    return sampled
-
-
 class ModelRunner:
     """The model and its paged KV cache on one device: ``[2, num_blocks, block_size, kv_heads,
     head_dim]`` per layer, where kv_heads are the model's attention layers' own (a tensor-parallel
@@ -160,6 +141,6 @@ class ModelRunner:
                           self.kv_caches, metadata,
                           torch.tensor(batch.logits_indices, device=device, dtype=torch.long))
 
-    def execute(self, step: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
-        """The forward pass, then sampling (see ``sample_step``)."""
+    def execute(self, step: ModelInput, generators: dict[str, torch.Generator]) -> tuple[dict, dict]:
+        """The forward pass, then sampling: tokens and logprobs per request (``step_sampler.sample_step``)."""
         return sample_step(self.forward(step.batch), step, generators)

@@ -8,11 +8,29 @@ from course_lib.engine.metrics import SpecDecodeStats
 
 
 @dataclass(frozen=True)
+class Logprob:
+    """One token's log-probability under the model's raw logits, its rank among all tokens
+    (1 = most likely) and its text (vLLM's ``Logprob``)."""
+
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+@dataclass(frozen=True)
 class CompletionOutput:
+    """``finish_reason`` is "stop" (an EOS id, a stop token or a stop string) or "length"
+    (``max_tokens`` or ``max_model_len``); ``stop_reason`` names what stopped it: None for EOS or
+    length, the token id from ``stop_token_ids``, or the stop string. ``logprobs`` (when asked)
+    has one ``{token id: Logprob}`` per generated token, the sampled token first."""
+
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str  # "stop" (EOS) or "length"
+    finish_reason: str
+    stop_reason: int | str | None = None
+    logprobs: list[dict[int, Logprob]] | None = None
+    cumulative_logprob: float | None = None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 from course_lib.engine.block_hash import BlockHash, hash_request_blocks
 from course_lib.engine.metrics import SpecDecodeStats
@@ -26,16 +27,23 @@ class Request:
     ``spec_token_ids`` are unverified drafts that follow the last sampled token (never part of
     ``num_tokens`` or of any block hash); ``spec_probs`` their draft distributions, or None
     for a point-mass proposer. A step computes at most ``num_tokens + len(spec_token_ids)``
-    tokens; drafts the target rejects are rolled back out of ``num_computed_tokens``."""
+    tokens; drafts the target rejects are rolled back out of ``num_computed_tokens``.
+
+    ``eos_token_ids``: the model's end-of-sequence ids (any of them stops the request);
+    ``all_stop_token_ids`` adds ``sampling_params.stop_token_ids`` (what ``min_tokens`` masks).
+    ``priority``: lower is served first under ``scheduling_policy="priority"``. ``detokenize``
+    (token ids -> text) is needed only for ``stop`` strings."""
 
     request_id: str
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
-    eos_token_id: int | None
+    eos_token_ids: Iterable[int] | None
     arrival_time: float
     block_size: int
     max_model_len: int
     cache_salt: str | None = None
+    priority: int = 0
+    detokenize: Callable[[list[int]], str] | None = None
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
     output_token_ids: list[int] = field(default_factory=list)
@@ -47,8 +55,19 @@ class Request:
     spec_token_ids: list[int] = field(default_factory=list)
     spec_probs: object = None  # torch.Tensor [len(spec_token_ids), vocab] or None
     spec_stats: SpecDecodeStats | None = None  # set when the engine speculates
+    logprobs: list | None = None  # per output token, when sampling_params.logprobs is set
+    stop_reason: int | str | None = None  # the stop token id or stop string that finished it
+    stop_text_end: int | None = None  # a stop string's offset in the output text: the text ends there
+    all_stop_token_ids: frozenset[int] = field(init=False)
+    _text_checked: int = 0  # output characters already searched for stop strings
 
     def __post_init__(self) -> None:
+        self.eos_token_ids = frozenset(self.eos_token_ids or ())
+        self.all_stop_token_ids = self.eos_token_ids | frozenset(self.sampling_params.stop_token_ids)
+        if self.sampling_params.stop and self.detokenize is None:
+            raise ValueError("Stop strings need the engine's tokenizer to detokenize the output.")
+        if self.sampling_params.logprobs is not None:
+            self.logprobs = []
         self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
         self.update_block_hashes()
 
@@ -79,12 +98,36 @@ class Request:
         return min(self.sampling_params.max_tokens - len(self.output_token_ids), self.max_model_len - self.num_tokens)
 
     def check_stop(self) -> bool:
-        """Finish on EOS (unless ``ignore_eos``), at ``max_tokens`` or at ``max_model_len``; True if finished."""
-        params = self.sampling_params
-        if not params.ignore_eos and self.output_token_ids[-1] == self.eos_token_id:
-            self.status = RequestStatus.FINISHED_STOPPED
-            return True
+        """After each new token, in vLLM's order: ``max_tokens`` or ``max_model_len`` (length); then,
+        once ``min_tokens`` are out, an EOS id (unless ``ignore_eos``), a stop token id, and (once
+        past ``min_tokens``) a stop string in the text. True if finished."""
+        params, last = self.sampling_params, self.output_token_ids[-1]
         if len(self.output_token_ids) >= params.max_tokens or self.num_tokens >= self.max_model_len:
             self.status = RequestStatus.FINISHED_LENGTH
             return True
+        if len(self.output_token_ids) < params.min_tokens:
+            return False
+        if not params.ignore_eos and last in self.eos_token_ids:
+            self.status = RequestStatus.FINISHED_STOPPED
+            return True
+        if last in params.stop_token_ids:
+            self.status, self.stop_reason = RequestStatus.FINISHED_STOPPED, last
+            return True
+        if params.stop and self._find_stop_string():
+            self.status = RequestStatus.FINISHED_STOPPED
+            return True
         return False
+
+    def _find_stop_string(self) -> bool:
+        """Search the text the newest token added (plus a stop string's length before it) for the
+        earliest stop string; on a hit, record it and where the text ends."""
+        text = self.detokenize(self.output_token_ids)
+        checked, self._text_checked = self._text_checked, len(text)
+        if len(self.output_token_ids) <= self.sampling_params.min_tokens:
+            return False  # vLLM looks for stop strings only past min_tokens
+        hits = [(at, stop) for stop in self.sampling_params.stop
+                if (at := text.find(stop, max(0, checked - len(stop) + 1))) >= 0]
+        if not hits:
+            return False
+        self.stop_text_end, self.stop_reason = min(hits, key=lambda hit: hit[0])
+        return True

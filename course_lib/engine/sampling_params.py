@@ -1,4 +1,5 @@
-"""How to sample a request's output (the fields and defaults of vLLM's ``SamplingParams``)."""
+"""How to sample a request's output: the fields, defaults and validation messages of vLLM's
+``SamplingParams`` (a subset: no penalties, no structured output)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,55 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """``temperature=0`` means greedy. ``top_k <= 0`` and ``top_p=1`` disable those filters.
-    ``n`` samples share the prompt's KV blocks. ``seed`` makes sampling reproducible."""
+    """``temperature=0`` means greedy. ``top_k`` 0 or -1 and ``top_p=1`` disable those filters.
+    ``n`` samples share the prompt's KV blocks. ``seed`` makes sampling reproducible.
+
+    Stopping, as vLLM does it: a request finishes on an end-of-sequence id of the model (unless
+    ``ignore_eos``), on any of ``stop_token_ids`` (kept in the output), or once its text contains
+    one of the ``stop`` strings (the text is cut just before it; the token ids are not cut), and
+    at ``max_tokens``. No stop condition fires before ``min_tokens`` tokens: the sampler gives the
+    EOS ids and ``stop_token_ids`` zero probability until then. ``logprobs=k`` returns, for every
+    generated token, the log-probabilities of the k most likely tokens and of the sampled one,
+    from the model's raw logits (before temperature and filters, vLLM's default)."""
 
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     max_tokens: int = 16
+    min_tokens: int = 0
+    stop: tuple[str, ...] | str | None = None
+    stop_token_ids: tuple[int, ...] | None = None
     ignore_eos: bool = False
+    logprobs: int | None = None
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop, str):  # vLLM takes one string or a list of them
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop or ()))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         if self.n < 1:
             raise ValueError(f"n must be at least 1, got {self.n}.")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}; ask for one or more tokens.")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be 0 (greedy) or more, got {self.temperature}.")
+            raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be -1 or 0 (disable), or at least 1, got {self.top_k}.")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, "
+                             f"got {self.min_tokens}.")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs must be non-negative, got {self.logprobs}.")
+        if any(not s for s in self.stop):
+            raise ValueError("stop cannot contain an empty string.")
+        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"stop_token_ids must be non-negative token ids, got {list(self.stop_token_ids)}.")
 
     @property
     def greedy(self) -> bool:

@@ -4,12 +4,19 @@ Each step (vLLM V1 rules):
   1. running requests first, in order: each asks for all its uncomputed tokens (one while
      decoding, the prompt's rest while prefilling), capped by ``long_prefill_token_threshold``
      and by what is left of ``max_num_batched_tokens``: chunked prefill falls out of the budget;
-  2. if its KV blocks do not fit, the **last** running request is preempted (its blocks freed
-     and its progress dropped, or its KV swapped to CPU) and goes to the **front** of the waiting
-     queue, until the blocks fit or the request itself was the one preempted;
-  3. then, only if nothing was preempted this step, waiting requests are admitted in order,
-     with their prefix-cache hits, until one does not fit (head-of-line), the budget is spent
-     or ``max_num_seqs`` requests run. The ``static`` policy admits only into an empty batch.
+  2. if its KV blocks do not fit, a running request is preempted (its blocks freed and its
+     progress dropped, or its KV swapped to CPU) and goes back to the waiting queue, until the
+     blocks fit or the request itself was the one preempted. The victim is the **last** running
+     request, which goes to the **front** of the queue; under the ``priority`` policy it is the
+     running request with the largest ``(priority, arrival_time)`` (lowest priority, latest
+     arrival), even one already scheduled this step (its tokens are then handed back to the
+     budget), and it waits in priority order;
+  3. then, only if nothing was preempted this step, waiting requests are admitted in queue order
+     (arrival, or ``(priority, arrival_time)``), with their prefix-cache hits, until one does not
+     fit (head-of-line), the budget is spent or ``max_num_seqs`` requests run. Admission never
+     preempts, under any policy: a high-priority arrival waits for a free slot and free blocks,
+     and a long prefill already running keeps taking its budget share (vLLM V1 does the same).
+     The ``static`` policy admits only into an empty batch.
 
 Speculative decoding: a decoding request carrying k drafts asks for 1 + k tokens (fewer drafts
 when the budget, ``max_tokens`` or ``max_model_len`` leave less room), and its KV slots cover the
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field
 from course_lib.engine.config import SchedulerConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
 from course_lib.engine.request import Request, RequestStatus
+from course_lib.engine.request_queue import waiting_queue
 
 
 @dataclass
@@ -50,7 +58,7 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache_manager: KVCacheManager, num_cpu_blocks: int = 0) -> None:
         self.config = config
         self.kv = kv_cache_manager
-        self.waiting: deque[Request] = deque()
+        self.waiting = waiting_queue(config.policy)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.free_cpu_blocks: deque[int] = deque(range(num_cpu_blocks))
@@ -76,7 +84,7 @@ class Scheduler:
 
     def add_request(self, request: Request) -> None:
         self.requests[request.request_id] = request
-        self.waiting.append(request)
+        self.waiting.add(request)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
@@ -97,7 +105,11 @@ class Scheduler:
             request = self.running[index]
             tokens = self._tokens_wanted(request, budget)
             while self.kv.allocate_slots(request, tokens) is None:
-                victim = self.running.pop()
+                victim = self._pick_victim()
+                if victim.request_id in out.num_scheduled_tokens:  # priority: scheduled earlier this step
+                    budget += out.num_scheduled_tokens.pop(victim.request_id)
+                    out.spec_token_ids.pop(victim.request_id, None)
+                    index -= 1
                 self._preempt(victim, out)
                 if victim is request:
                     break
@@ -114,9 +126,17 @@ class Scheduler:
         out.kv_offload, out.kv_reload = self.kv.take_transfers()  # evictions and CPU-tier hits of this step
         return out
 
+    def _pick_victim(self) -> Request:
+        """Remove and return the running request to preempt (see the module docstring)."""
+        if self.config.policy != "priority":
+            return self.running.pop()
+        victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        self.running.remove(victim)
+        return victim
+
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            request = self.waiting[0]
+            request = self.waiting.peek()
             hits, hit_tokens = [], 0
             if request.request_id not in self.swapped and request.num_computed_tokens == 0:
                 hits, hit_tokens = self.kv.get_computed_blocks(request)
@@ -124,7 +144,7 @@ class Scheduler:
             if self.kv.allocate_slots(request, tokens, hits) is None:
                 break  # head-of-line: later requests wait behind this one
             request.num_computed_tokens += hit_tokens
-            self.waiting.popleft()
+            self.waiting.pop()
             self.running.append(request)
             request.status = RequestStatus.RUNNING
             if request.num_cached_tokens < 0:
@@ -147,7 +167,7 @@ class Scheduler:
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
         self.total_preemptions += 1
-        self.waiting.appendleft(request)
+        self.waiting.prepend(request)
         out.preempted.append(request.request_id)
 
     def _swap_in(self, request: Request, out: SchedulerOutput) -> None:
@@ -157,11 +177,11 @@ class Scheduler:
             self.free_cpu_blocks.extend(cpu)
 
     def update_from_output(self, out: SchedulerOutput, sampled: dict[str, int | list[int]],
-                           now: float) -> list[Request]:
+                           now: float, logprobs: dict[str, list] | None = None) -> list[Request]:
         """Advance computed tokens, append sampled tokens (one, or a verified run of drafts plus
-        one), roll back rejected drafts, and retire finished requests. A stop token or
-        ``max_tokens`` inside a run truncates it."""
-        finished = []
+        one) and their ``logprobs`` entries (for requests that asked), roll back rejected drafts,
+        and retire finished requests. A stop condition or ``max_tokens`` inside a run truncates it."""
+        finished, logprobs = [], logprobs or {}
         for request_id, tokens in out.num_scheduled_tokens.items():
             request = self.requests[request_id]
             request.num_computed_tokens += tokens
@@ -173,8 +193,11 @@ class Scheduler:
             request.num_computed_tokens -= num_drafts - (len(new) - 1)  # rejected drafts were not computed
             request.spec_token_ids, request.spec_probs = [], None
             decoding, emitted, done = bool(request.output_token_ids), 0, False
+            entries = logprobs.get(request_id)
             for token in new:
                 request.append_output_token(token, now)
+                if entries is not None:
+                    request.logprobs.append(entries[emitted])
                 emitted += 1
                 if request.check_stop():
                     done = True

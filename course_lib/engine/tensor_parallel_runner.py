@@ -21,7 +21,8 @@ import torch.distributed as dist
 
 from course_lib.collectives.rank_pool import RankPool
 from course_lib.engine.backend import resolve_attention_backend
-from course_lib.engine.model_runner import ModelInput, ModelRunner, StepBatch, sample_step
+from course_lib.engine.model_runner import ModelInput, ModelRunner, StepBatch
+from course_lib.engine.step_sampler import sample_step
 from course_lib.models.llama import LlamaForCausalLM
 from course_lib.models.tensor_parallel_llama import shard_llama_
 
@@ -75,7 +76,7 @@ class TensorParallelRunner:
             raise RuntimeError(f"This LLM's tensor-parallel workers were stopped {self.pool.closed_because}; "
                                "create a new LLM to go on.")
 
-    def execute(self, step: ModelInput, generators: dict[str, torch.Generator]) -> dict[str, int | list[int]]:
+    def execute(self, step: ModelInput, generators: dict[str, torch.Generator]) -> tuple[dict, dict]:
         self.check_open()
         results = self.pool.call(_forward, step.batch)
         counts = {count for _, count in results}

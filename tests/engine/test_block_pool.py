@@ -1,4 +1,5 @@
-"""The block pool: LRU free queue, reference counts, lazy eviction."""
+"""The block pool: LRU free queue (cached blocks to the tail, others to the head), reference counts,
+lazy eviction, and several blocks under one hash (as current vLLM V1)."""
 
 import pytest
 from hypothesis import given, settings
@@ -12,12 +13,65 @@ def ids(blocks):
     return [b.block_id for b in blocks]
 
 
-def test_freed_blocks_join_the_tail_in_the_order_given():
+def cached(pool, count, first_token=0):
+    """``count`` new blocks, each cached under its own hash."""
+    blocks = pool.get_new_blocks(count)
+    for n, block in enumerate(blocks):
+        pool.cache_full_block(block, hash_block_tokens(None, [first_token + n]))
+    return blocks
+
+
+def test_freed_cached_blocks_join_the_tail_in_the_order_given():
     pool = BlockPool(6)
-    first = pool.get_new_blocks(3)
+    first = cached(pool, 3)
     assert ids(first) == [0, 1, 2] and ids(pool.free_block_queue) == [3, 4, 5]
     pool.free_blocks(list(reversed(first)))  # a request frees tail-first
     assert ids(pool.free_block_queue) == [3, 4, 5, 2, 1, 0]  # its last block is evicted first
+
+
+def test_freed_blocks_without_a_hash_join_the_head_and_are_reused_first():
+    pool = BlockPool(8)
+    old = cached(pool, 2, first_token=100)  # a finished request's cached prefix
+    pool.free_blocks(list(reversed(old)))
+    full, partial = cached(pool, 2), pool.get_new_blocks(1)  # two full blocks and a partial one
+    assert ids(pool.free_block_queue) == [5, 6, 7, 1, 0]
+    pool.free_blocks(list(reversed(full + partial)))  # tail-first: the partial block, then the full ones
+    # the partial block (no hash) goes to the head; the cached blocks to the tail, last block first
+    assert ids(pool.free_block_queue) == [4, 5, 6, 7, 1, 0, 3, 2]
+    reused = pool.get_new_blocks(4)
+    assert ids(reused) == [4, 5, 6, 7]  # the old prefix is still cached: nothing evicted it
+    assert pool.get_cached_block(hash_block_tokens(None, [100])) is old[0]
+
+
+def test_with_caching_off_freed_blocks_are_reused_last_in_first_out():
+    pool = BlockPool(5, enable_caching=False)
+    blocks = pool.get_new_blocks(3)
+    pool.free_blocks(list(reversed(blocks)))
+    assert ids(pool.free_block_queue) == [2, 1, 0, 3, 4]
+
+
+def test_every_copy_of_a_hash_stays_findable_until_the_last_is_evicted():
+    pool = BlockPool(4)
+    key = hash_block_tokens(None, [7, 7])
+    a, b = pool.get_new_blocks(2)  # two requests computed the same block independently
+    pool.cache_full_block(a, key)
+    pool.cache_full_block(b, key)
+    assert pool.get_cached_block(key) is a and set(pool.cached_block_hash_to_block[key]) == {0, 1}
+    pool.free_blocks([a])
+    pool.free_blocks([b])
+    assert ids(pool.get_new_blocks(3)) == [2, 3, 0]  # reusing a evicts that copy only
+    assert pool.get_cached_block(key) is b and b.block_hash == key and a.block_hash is None
+    pool.get_new_blocks(1)
+    assert pool.get_cached_block(key) is None and key not in pool.cached_block_hash_to_block
+
+
+def test_reset_prefix_cache_is_refused_while_blocks_are_held():
+    pool = BlockPool(3)
+    held = cached(pool, 2)
+    assert not pool.reset_prefix_cache() and pool.get_cached_block(held[0].block_hash) is held[0]
+    pool.free_blocks(held)
+    assert pool.reset_prefix_cache()
+    assert not pool.cached_block_hash_to_block and all(b.block_hash is None for b in pool.blocks)
 
 
 def test_a_freed_block_keeps_its_hash_until_it_is_reused():
@@ -46,15 +100,17 @@ def test_double_free_and_over_allocation_are_refused():
         BlockPool(1).get_new_blocks(2)
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["take", "touch", "free"]), st.integers(0, 7)), max_size=80))
-def test_reference_counts_and_the_free_queue_always_agree(ops):
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["take", "take same", "take partial", "touch", "free", "reset"]),
+                          st.integers(0, 7)), max_size=80))
+def test_reference_counts_free_queue_and_cache_always_agree(ops):
     pool = BlockPool(8)
     held: list = []  # one entry per reference we hold
     for n, (op, pick) in enumerate(ops):
-        if op == "take" and pool.num_free_blocks:
+        if op.startswith("take") and pool.num_free_blocks:
             block = pool.get_new_blocks(1)[0]
-            pool.cache_full_block(block, hash_block_tokens(None, [n]))
+            if op != "take partial":  # "take same" reuses a hash, as two requests computing one block do
+                pool.cache_full_block(block, hash_block_tokens(None, [pick % 2 if op == "take same" else n + 2]))
             held.append(block)
         elif op == "touch" and held:
             block = held[pick % len(held)]
@@ -62,8 +118,17 @@ def test_reference_counts_and_the_free_queue_always_agree(ops):
             held.append(block)
         elif op == "free" and held:
             pool.free_blocks([held.pop(pick % len(held))])
-        free = ids(pool.free_block_queue)
+        elif op == "reset":
+            assert pool.reset_prefix_cache() == (not held)
+        queue = list(pool.free_block_queue)
+        free = ids(queue)
         assert len(free) == len(set(free)) == pool.num_free_blocks
+        hashed = [b.block_hash is not None for b in queue]
+        assert hashed == sorted(hashed)  # blocks without a hash all come before the cached ones
         for block in pool.blocks:
             assert block.ref_cnt == sum(h is block for h in held)
             assert (block.block_id in free) == (block.ref_cnt == 0)
+            if block.block_hash is not None:  # every cached copy is findable under its hash
+                assert pool.cached_block_hash_to_block[block.block_hash][block.block_id] is block
+        for key, copies in pool.cached_block_hash_to_block.items():
+            assert copies and all(b.block_hash == key for b in copies.values())

@@ -84,7 +84,7 @@ def test_eos_stops_a_request(tiny_model):
     free_run = engine(tiny_model).generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
     tokens = free_run[0].outputs[0].token_ids
     stop_at = tokens[3]  # make the 4th generated token the model's EOS
-    model = LlamaForCausalLM(replace(tiny_model.config, eos_token_id=stop_at)).double().eval()
+    model = LlamaForCausalLM(replace(tiny_model.config, eos_token_id=stop_at, eos_token_ids=(stop_at,))).double().eval()
     model.load_state_dict(tiny_model.state_dict())
     out = engine(model).generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=30))[0].outputs[0]
     assert out.token_ids == tokens[: tokens.index(stop_at) + 1] and out.finish_reason == "stop"

@@ -87,7 +87,7 @@ def test_rejected_drafts_are_rolled_back_with_their_blocks(tiny_model):
 def test_a_stop_token_inside_an_accepted_run_truncates_it(tiny_model):
     tokens = engine(tiny_model, None).generate([[5, 6, 7]], replace(GREEDY, max_tokens=30))[0].outputs[0].token_ids
     stop_at = tokens[3]
-    model = LlamaForCausalLM(replace(tiny_model.config, eos_token_id=stop_at)).double().eval()
+    model = LlamaForCausalLM(replace(tiny_model.config, eos_token_id=stop_at, eos_token_ids=(stop_at,))).double().eval()
     model.load_state_dict(tiny_model.state_dict())
     llm = engine(model, self_draft(model, 4))
     out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=30))[0].outputs[0]
