@@ -3,7 +3,9 @@
 import torch
 
 from course_lib.engine.block_hash import hash_request_blocks
+from course_lib.engine.kv_cache_manager import KVCacheManager
 from course_lib.engine.llm import LLM
+from course_lib.engine.request import Request
 from course_lib.engine.sampling_params import SamplingParams
 
 ONE = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
@@ -82,3 +84,66 @@ def test_parallel_samples_share_the_prompt_blocks(tiny_model):
     again = engine(tiny_model).generate([SYSTEM + [40]], SamplingParams(n=4, temperature=1.0, max_tokens=4,
                                                                         seed=3, ignore_eos=True))[0]
     assert [c.token_ids for c in again.outputs] == [c.token_ids for c in out.outputs]  # seeded: reproducible
+
+
+def manager_request(request_id: str, prompt: list[int], block_size: int = 4) -> Request:
+    return Request(request_id, prompt, ONE, None, 0.0, block_size, 256)
+
+
+def computed(manager: KVCacheManager, request: Request) -> Request:
+    """Look ``request`` up and allocate its prompt (bookkeeping only, as the scheduler would)."""
+    hits, hit_tokens = manager.get_computed_blocks(request)
+    manager.allocate_slots(request, request.num_tokens - hit_tokens, hits)
+    request.num_computed_tokens = request.num_tokens
+    return request
+
+
+def test_two_requests_that_compute_one_block_both_keep_it_cached():
+    for offload in (0, 8):
+        manager = KVCacheManager(8, 4, num_offload_blocks=offload)
+        prompt = list(range(2, 10))  # two full blocks: a hit never covers the last one, so both compute it
+        a, b = computed(manager, manager_request("a", prompt)), computed(manager, manager_request("b", prompt))
+        second = a.block_hashes[1]
+        copies = manager.block_pool.cached_block_hash_to_block[second]
+        assert sorted(copies) == [manager.block_ids("a")[1], manager.block_ids("b")[1]]
+        manager.free(a)
+        manager.free(b)
+        filler = computed(manager, manager_request("filler", list(range(40, 64))))  # 6 blocks: evicts a's copy only
+        assert manager.block_pool.get_cached_block(second).block_id == 2  # b's copy, still findable
+        assert manager.take_transfers()[0] == []  # b's copy is still on the GPU: nothing offloaded
+        manager.free(filler)
+        returning = computed(manager, manager_request("c", prompt + [10]))
+        assert manager.block_ids("c")[:2] == [0, 2]  # a's first block and b's copy of the second
+        assert returning.num_computed_tokens == 9 and manager.prefix_cache_stats.gpu_hit_tokens == 4 + 8
+
+
+def test_the_last_gpu_copy_of_a_hash_is_offloaded_when_evicted():
+    manager = KVCacheManager(4, 4, num_offload_blocks=8)
+    prompt = list(range(2, 10))
+    a, b = computed(manager, manager_request("a", prompt)), computed(manager, manager_request("b", prompt))
+    second = a.block_hashes[1]
+    manager.free(a)
+    manager.free(b)
+    filler = computed(manager, manager_request("filler", list(range(40, 48))))  # 2 blocks: a's copy and block 3
+    assert manager.offload.lookup(second) is None
+    manager.free(filler)
+    computed(manager, manager_request("filler 2", list(range(50, 66))))  # all 4 blocks: b's copy goes too
+    assert manager.offload.lookup(second) is not None
+    assert len([gpu for gpu, _ in manager.take_transfers()[0] if gpu == 2]) == 1
+
+
+def test_n_siblings_of_a_block_aligned_prompt_each_cache_its_last_block(tiny_model):
+    llm = engine(tiny_model)
+    llm.generate([SYSTEM], SamplingParams(n=2, temperature=0, max_tokens=1, ignore_eos=True))
+    last = hash_request_blocks(SYSTEM, 16)[1]
+    assert len(llm.kv_cache_manager.block_pool.cached_block_hash_to_block[last]) == 2
+
+
+def test_a_finished_requests_partial_block_is_reused_first():
+    manager = KVCacheManager(8, 4)
+    done = computed(manager, manager_request("a", list(range(2, 8))))  # one full block and a partial one
+    full, partial = manager.block_ids("a")
+    manager.free(done)
+    assert [b.block_id for b in manager.block_pool.free_block_queue] == [partial, *range(2, 8), full]
+    computed(manager, manager_request("b", [50, 51]))
+    assert manager.block_ids("b") == [partial]  # reused at once; the cached full block stays at the tail
