@@ -44,11 +44,18 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         if self.rope_type not in ("linear", "llama3"):
-            raise ValueError(f"rope_type {self.rope_type!r} is not supported; use default, linear or llama3.")
-        llama3_fields = (self.low_freq_factor, self.high_freq_factor, self.original_max_position_embeddings)
-        if self.rope_type == "llama3" and (None in llama3_fields or self.high_freq_factor <= self.low_freq_factor):
-            raise ValueError("llama3 rope scaling needs low_freq_factor < high_freq_factor and "
-                             "original_max_position_embeddings.")
+            raise ValueError(f"rope_type {self.rope_type!r} (rope_parameters / rope_scaling) is not supported; "
+                             f"use default, linear or llama3.")
+        if self.factor is None:
+            raise ValueError(f"{self.rope_type} rope scaling needs factor.")
+        if self.rope_type != "llama3":
+            return
+        missing = [name for name in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+                   if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"llama3 rope scaling needs {', '.join(missing)}.")
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError("llama3 rope scaling needs low_freq_factor < high_freq_factor.")
 
     def to_hf_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -139,7 +146,7 @@ def _token_ids(value: int | list[int] | None) -> list[int]:
 
 def _refuse_unsupported(data: dict) -> None:
     """Raise for config settings that change the maths and that this model does not implement."""
-    if data.get("hidden_act", "silu") != "silu":
+    if data.get("hidden_act", "silu") not in ("silu", "swish"):  # transformers' two names for x * sigmoid(x)
         raise ValueError(f"hidden_act {data['hidden_act']!r} is not supported: this model's MLP uses silu.")
     if data.get("use_sliding_window"):
         raise ValueError("use_sliding_window: true is not supported: attention here is always full-context.")
@@ -161,17 +168,11 @@ def _rope_from_hf(data: dict) -> tuple[float, RopeScaling | None]:
     rope_type = params.get("rope_type") or params.get("type") or "default"
     if rope_type == "default":
         return theta, None
-    if rope_type not in ("linear", "llama3"):
-        raise ValueError(f"rope_type {rope_type!r} (rope_parameters / rope_scaling) is not supported; "
-                         f"use default, linear or llama3.")
-    if "factor" not in params:
-        raise ValueError(f"rope_type {rope_type!r} needs rope_scaling's factor.")
-    fields = {"factor": params["factor"]}
-    if rope_type == "llama3":
-        fields.update(low_freq_factor=params.get("low_freq_factor"), high_freq_factor=params.get("high_freq_factor"),
-                      original_max_position_embeddings=params.get("original_max_position_embeddings")
-                      or data.get("max_position_embeddings"))
-    return theta, RopeScaling(rope_type, **fields)
+    if rope_type != "llama3":  # linear has a factor only; RopeScaling refuses any other type
+        return theta, RopeScaling(rope_type, params.get("factor"))
+    return theta, RopeScaling(rope_type, params.get("factor"), params.get("low_freq_factor"),
+                              params.get("high_freq_factor"), params.get("original_max_position_embeddings")
+                              or data.get("max_position_embeddings"))
 
 
 class RMSNorm(nn.Module):

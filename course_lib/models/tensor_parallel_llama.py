@@ -12,6 +12,9 @@ ends with the same hidden states and logits as the unsharded model, up to float 
 over ranks adds the same products in a different order). Forward only: the column-parallel
 layers skip f, whose forward is the identity, and nothing here trains.
 
+Biases (Llama's attention_bias/mlp_bias, Qwen2's q/k/v) follow their layers: a column-parallel
+bias is split with its rows, a row-parallel one (o_proj, down_proj) is added once, after the sum.
+
 Every rank needs whole heads: a TP size must divide the heads and the KV heads (vLLM replicates
 KV heads when there are fewer than ranks; this refuses instead).
 """

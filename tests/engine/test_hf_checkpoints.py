@@ -12,11 +12,14 @@ import json
 
 import pytest
 import torch
+import torch.distributed as dist
 
+from course_lib.collectives.launch import run_on_ranks
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.models.llama import LlamaConfig, LlamaForCausalLM, RopeScaling
 from course_lib.models.loader import load_model, save_pretrained
+from course_lib.models.tensor_parallel_llama import shard_llama_
 
 transformers = pytest.importorskip("transformers")
 
@@ -142,6 +145,7 @@ def test_every_eos_id_of_config_and_generation_config_is_kept(tmp_path):
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0}}, "yarn"),
     ({"rope_parameters": None, "rope_scaling": {"type": "longrope", "factor": 2.0}}, "longrope"),
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0}}, "factor"),
+    ({"rope_parameters": {**LLAMA3, "high_freq_factor": None}}, "high_freq_factor"),
     ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
      "partial_rotary_factor"),
     ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}}, "rope_parameters"),
@@ -174,3 +178,19 @@ def test_course_saved_models_reload_identically_and_load_in_transformers(changes
     reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
     with torch.no_grad():
         torch.testing.assert_close(reference(ids).logits, dense_logits(model, ids), atol=2e-4, rtol=1e-4)
+
+
+def biased_model_sharded_logit_difference() -> float:
+    """On each of 2 ranks: how far the sharded model's logits are from the full model's."""
+    shape = {k: v for k, v in SHAPE.items() if k != "pad_token_id"}
+    model = LlamaForCausalLM(LlamaConfig(**shape, attention_bias=True, mlp_bias=True, head_dim=32)).eval()
+    sharpen_(model, seed=4)
+    ids = torch.randint(3, SHAPE["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(2))
+    full = dense_logits(model, ids)
+    shard_llama_(model, dist.get_rank(), dist.get_world_size())
+    return (dense_logits(model, ids) - full).abs().max().item()
+
+
+def test_tensor_parallel_shards_biases_and_adds_row_parallel_ones_once():
+    """q/k/v/gate/up biases are split with their rows; o_proj's and down_proj's are added after the sum."""
+    assert max(run_on_ranks(biased_model_sharded_logit_difference, 2, timeout_s=60)) < 1e-3
