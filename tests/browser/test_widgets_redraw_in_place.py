@@ -13,8 +13,11 @@ from __future__ import annotations
 import pytest
 
 PRESETS = [  # lesson, the preset dropdown's label, the choice, text the widget shows afterwards
-    ("06_ring_vs_tree.ipynb", "link preset", "NVLink 4 (H100, within a node)", "ring 1,022.0 µs"),
     ("01_paging.ipynb", "preset", "Llama-3.1-70B", "80 layers"),
+]
+PLOTLY_PRESETS = [  # lesson, the dropdown's label, text in the plot's title before, the choice, text in it after
+    ("04_roofline.ipynb", "GPU", "H100-80GB", "L4-24GB", "L4-24GB"),
+    ("06_ring_vs_tree.ipynb", "link preset", "α = 5 µs", "NVLink 4 (H100, within a node)", "α = 1 µs, 450 GB/s"),
 ]
 
 
@@ -51,20 +54,23 @@ def test_a_preset_redraws_its_widget_in_place_after_run_all(open_lesson, lesson,
     assert not strays, f"{lesson}: {len(strays)} output(s) went to the log console: {strays}"
 
 
-def test_a_plotly_figure_redraws_inside_its_widget_after_run_all(open_lesson):
-    """Module 04's roofline explorer draws with plotly's FigureWidget: choosing a GPU must redraw
-    the same plot (its title names the new GPU), add no second plot, and send nothing astray."""
-    page = open_lesson("04_roofline.ipynb")
-    dropdown = ".widget-dropdown:has(> label:text-is('GPU'))"
+@pytest.mark.parametrize("lesson, label, before, choice, after", PLOTLY_PRESETS,
+                         ids=[p[0].removesuffix(".ipynb") for p in PLOTLY_PRESETS])
+def test_a_plotly_figure_redraws_inside_its_widget_after_run_all(open_lesson, lesson, label, before, choice, after):
+    """Module 04's roofline explorer and module 06's crossover explorer draw with plotly's
+    FigureWidget: choosing a preset must redraw the same plot (its title follows the choice),
+    add no second plot, and send nothing astray."""
+    page = open_lesson(lesson)
+    dropdown = f".widget-dropdown:has(> label:text-is('{label}'))"
     output = page.locator(".jp-OutputArea-output", has=page.locator(dropdown)).first
     plot = output.locator(".js-plotly-plot")
     plot.first.wait_for(timeout=20_000)
-    assert plot.count() == 1, "the roofline explorer should hold one plotly figure"
-    assert "H100-80GB" in plot.locator(".gtitle").text_content()
-    output.locator(f"{dropdown} select").first.select_option(label="L4-24GB")
-    page.wait_for_function("el => el.textContent.includes('L4-24GB')", arg=plot.locator(".gtitle").element_handle(),
-                           timeout=20_000)
+    assert plot.count() == 1, f"{lesson}: the widget should hold one plotly figure"
+    assert before in plot.locator(".gtitle").text_content()
+    output.locator(f"{dropdown} select").first.select_option(label=choice)
+    page.wait_for_function("([el, text]) => el.textContent.includes(text)",
+                           arg=[plot.locator(".gtitle").element_handle(), after], timeout=20_000)
     page.wait_for_timeout(1500)
-    assert plot.count() == 1, "the redraw was added beside the old figure"
+    assert plot.count() == 1, f"{lesson}: the redraw was added beside the old figure"
     strays = _log_console_entries(page)
-    assert not strays, f"04_roofline: {len(strays)} output(s) went to the log console: {strays}"
+    assert not strays, f"{lesson}: {len(strays)} output(s) went to the log console: {strays}"

@@ -1,0 +1,38 @@
+"""Figures that a cell returns as a plotly ``go.Figure`` (not a widget) render in JupyterLab after
+Run All, with their titles, and hovering a point shows its value with its unit.
+
+Such a figure goes out as plotly's own MIME type, drawn by the plotly extension that ships with
+the ``plotly`` package; without it JupyterLab would show nothing, or a text repr, where the
+lesson says "hover over a point".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+FIGURES = [  # lesson, the start of each figure's title, text that hovering the first figure's first point shows
+    ("02_batching.ipynb", ["Continuous over static batching"], "throughput 1.00x"),  # spread 0: no gain
+    ("03_scheduler.ipynb", ["The token budget", "Llama-3.1-8B on the L4-24GB"], " ms"),
+]
+
+
+
+@pytest.mark.parametrize("lesson, titles, unit", FIGURES, ids=[f[0].removesuffix(".ipynb") for f in FIGURES])
+def test_returned_plotly_figures_render_and_answer_hover(open_lesson, lesson, titles, unit):
+    page = open_lesson(lesson)
+    plots = page.locator(".jp-OutputArea-output.jp-RenderedPlotly")  # plotly's renderer, not a widget
+    shown = [plots.nth(i).locator(".gtitle").text_content() for i in range(plots.count())]
+    found = [next((t for t in shown if t.startswith(title)), None) for title in titles]
+    assert all(found), f"{lesson}: expected figures titled {titles}, found {shown}"
+    first = plots.filter(has_text=titles[0]).first
+    page.set_viewport_size({"width": 1400, "height": 2400})  # room for the whole plot on screen
+    first.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    box = first.locator(".scatterlayer .point").first.bounding_box()  # points take no events: the plot does
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x - 20, y - 20)
+    page.mouse.move(x, y, steps=5)
+    page.wait_for_function("el => el.querySelector('.hoverlayer .hovertext') !== null", arg=first.element_handle(),
+                           timeout=10_000)
+    label = first.locator(".hoverlayer .hovertext").first.text_content()
+    assert unit in label, f"{lesson}: hovering the first point of {titles[0]!r} showed {label!r}"
