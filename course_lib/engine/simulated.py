@@ -188,7 +188,7 @@ class SimulatedEngine:
         params = SamplingParams(temperature=0, max_tokens=item.output_len, ignore_eos=True)
         stats = SpecDecodeStats(self.speculation.num_speculative_tokens) if self.speculation else None
         self.scheduler.add_request(Request(request_id, prompt, params, None, item.arrival_time, self.block_size,
-                                           self.config.max_model_len, spec_stats=stats))
+                                           self.config.max_model_len, priority=item.priority, spec_stats=stats))
 
     def _next_tokens(self, request: Request, num_drafts: int) -> list[int]:
         """What the step emits for ``request``: after ``num_drafts`` drafts, the accepted ones plus

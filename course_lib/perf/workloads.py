@@ -15,13 +15,15 @@ from course_lib.checks import require_positive
 @dataclass(frozen=True)
 class WorkloadRequest:
     """One request: when it arrives (s), its prompt (token ids), how many tokens it will generate,
-    and optionally which ones (so a later turn that quotes them can hit the prefix cache)."""
+    and optionally which ones (so a later turn that quotes them can hit the prefix cache).
+    ``priority`` (lower first) matters only to an engine with ``scheduling_policy="priority"``."""
 
     arrival_time: float
     prompt_token_ids: tuple[int, ...]
     output_len: int
     tag: str = "chat"
     output_token_ids: tuple[int, ...] | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if self.output_token_ids is not None and len(self.output_token_ids) != self.output_len:
