@@ -67,10 +67,18 @@ class ModelInput:
 
 def prepare(out: SchedulerOutput, requests: dict[str, Request], block_tables: dict[str, list[int]],
             block_size: int) -> ModelInput:
-    """Flatten the step's new tokens, their positions and slots, and the attention metadata's lists."""
+    """Flatten the step's new tokens, their positions and slots, and the attention metadata's lists.
+    Requests decoding one token come first, shortest context first: the attention backend's
+    buckets of them are then runs of consecutive rows (slices, not gathers, in every layer)."""
     ids, positions, slots, query_lens, seq_lens, tables, logit_rows, sampling = [], [], [], [], [], [], [], []
     all_drafts = []
-    for request_id, count in out.num_scheduled_tokens.items():
+    scheduled = out.num_scheduled_tokens
+
+    def decode_first(request_id: str) -> tuple[bool, int]:
+        return scheduled[request_id] != 1, requests[request_id].num_computed_tokens
+
+    for request_id in sorted(scheduled, key=decode_first):
+        count = scheduled[request_id]
         request = requests[request_id]
         first, last = request.num_computed_tokens, request.num_computed_tokens + count
         drafts = out.spec_token_ids.get(request_id, [])
