@@ -4,6 +4,13 @@ One ``step()`` = schedule, run the model once on the flat batch, append sampled 
 retire finished requests. ``generate`` adds every prompt, then steps until all finish.
 Every step is recorded in ``step_trace`` for the lessons to draw.
 
+As in vLLM: ``generate(prompts, sampling_params)`` takes one ``SamplingParams`` or a list with one
+per prompt (stop strings, stop token ids, ``min_tokens``, ``logprobs``: ``sampling_params.py``), and
+``priority=[...]`` under ``scheduling_policy="priority"`` (lower first; ``scheduler.py``); a request
+stops on any of the model's EOS ids (``config.eos_token_ids``). ``reset_prefix_cache()`` empties the
+prefix cache between runs, and ``get_metrics()`` reports vLLM's counters and gauges
+(``engine_metrics.py``).
+
 With ``speculative_config`` (vLLM's keys), a proposer drafts up to k tokens for every decoding
 request after each step; the next step verifies them in the same target pass as everything
 else. ``spec_decode_stats`` sums the acceptance counts of all finished requests; each
