@@ -72,7 +72,8 @@ def plot_budget_sweep(summaries: dict[int, dict[str, float]], slo_ms: float) -> 
         hovertemplate="budget %{x} tokens: document TTFT %{y:.3f} s<extra></extra>"), row=1, col=2)
     figure.update_xaxes(type="log", title_text="max_num_batched_tokens (tokens, log scale)", tickvals=budgets,
                         ticktext=[str(b) for b in budgets], tickangle=-45)
-    figure.update_yaxes(type="log", title_text="inter-token latency (ms, log scale)", row=1, col=1)
+    figure.update_yaxes(type="log", title_text="inter-token latency (ms, log scale)", row=1, col=1,
+                        tickvals=[m * 10**k for k in range(-1, 5) for m in (1, 2, 5)])  # 1-2-5 steps
     figure.update_yaxes(title_text="document TTFT (s)", rangemode="tozero", row=1, col=2)
     figure.update_layout(title="The token budget: chat users' gaps against the document's time to first token",
                          height=440, legend={"orientation": "h", "y": -0.3}, margin={"t": 80, "b": 130})
