@@ -22,6 +22,7 @@ from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
 
 SIZES = np.logspace(10, 32, 200, base=2)  # 1 KiB .. 4 GiB
+COLOURS = {"ring": "#1f77b4", "binary tree": "#ff7f0e", "double binary tree": "#2ca02c"}  # the message: red
 CHUNKS = [("whole message (the lesson's table)", 0), ("32 KiB per tree", 32 * KiB),
           (f"{format_bytes(TREE_CHUNK_BYTES)} per tree (typical)", TREE_CHUNK_BYTES), ("512 KiB per tree", 512 * KiB)]
 
@@ -65,6 +66,7 @@ def crossover_figure(num_ranks: int, alpha_s: float, beta: float, message_bytes:
     figure = go.Figure()
     for name, values in times.items():
         figure.add_trace(go.Scatter(x=SIZES, y=values, mode="lines", name=name, customdata=customdata,
+                                    line={"color": COLOURS.get(name), "width": 2.5},
                                     hovertemplate=f"<b>{name}</b>, message %{{customdata[0]}}<br>{listing}"
                                                   "<extra></extra>"))
     low, high = min(map(min, times.values())), max(map(max, times.values()))
@@ -78,9 +80,9 @@ def crossover_figure(num_ranks: int, alpha_s: float, beta: float, message_bytes:
     ticks = [KiB * 16**k for k in range(8)]  # 1 KiB, 16 KiB, ... 256 MiB, 4 GiB
     figure.update_xaxes(type="log", title_text="message size (bytes, log scale)", tickvals=ticks,
                         ticktext=[format_bytes(t) for t in ticks])
-    figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)")
+    figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)", dtick=1, tickformat=",")
     figure.update_layout(title=f"All-reduce on {num_ranks} ranks: α = {alpha_s * 1e6:g} µs, "
-                               f"{1 / beta / 1e9:g} GB/s per link", height=460,
+                               f"{1 / beta / 1e9:g} GB/s per link", height=540,
                          legend={"orientation": "h", "y": -0.22}, margin={"t": 60, "b": 120})
     return figure
 

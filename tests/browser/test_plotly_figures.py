@@ -36,3 +36,30 @@ def test_returned_plotly_figures_render_and_answer_hover(open_lesson, lesson, ti
                            timeout=10_000)
     label = first.locator(".hoverlayer .hovertext").first.text_content()
     assert unit in label, f"{lesson}: hovering the first point of {titles[0]!r} showed {label!r}"
+
+
+POINT_ON_SCREEN = """gd => {  // where the first trace's 41st point (of 200) is drawn, in page pixels
+    const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+    const trace = gd._fullData[0];
+    return [box.left + xa._offset + xa.c2p(trace.x[40]), box.top + ya._offset + ya.c2p(trace.y[40])];
+}"""
+
+
+def test_crossover_hover_gives_the_size_and_every_algorithms_time(open_lesson):
+    """Module 06's crossover explorer: hovering the ring's curve names the message size and the
+    time of the ring and of both trees, in µs, so the crossover can be read off any point."""
+    page = open_lesson("06_ring_vs_tree.ipynb")
+    plot = page.locator(".jp-OutputArea-output .js-plotly-plot").filter(has_text="All-reduce on 512 ranks").first
+    page.set_viewport_size({"width": 1400, "height": 2400})
+    plot.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    x, y = plot.evaluate(POINT_ON_SCREEN)
+    page.mouse.move(x - 30, y - 30)
+    page.mouse.move(x, y, steps=5)
+    page.wait_for_function("el => el.querySelector('.hoverlayer .hovertext') !== null", arg=plot.element_handle(),
+                           timeout=10_000)
+    label = plot.locator(".hoverlayer .hovertext").first.text_content()
+    assert label.startswith("ring, message ") and "KiB" in label, label
+    for name in ("ring:", "binary tree:", "double binary tree:"):
+        assert name in label, f"hover should give every algorithm's time: {label!r}"
+    assert label.count("µs") == 3, label
