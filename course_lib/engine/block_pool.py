@@ -116,15 +116,21 @@ class BlockPool:
 
     def _evict(self, block: KVCacheBlock) -> None:
         """Forget ``block``'s hash; when it was the hash's last GPU copy, offload it first."""
+        block_hash = block.block_hash
+        if self.uncache(block) and self.offload is not None and block_hash not in self.cached_block_hash_to_block:
+            self.offload.offload(block_hash, block.block_id)  # copied out before this step writes the block
+
+    def uncache(self, block: KVCacheBlock) -> bool:
+        """Take ``block`` out of the prefix cache (other copies of its hash stay); False if it was not
+        cached. Also for a block whose KV was never written: nothing is offloaded."""
         if block.block_hash is None:
-            return
+            return False
         copies = self.cached_block_hash_to_block[block.block_hash]
         del copies[block.block_id]
         if not copies:
             del self.cached_block_hash_to_block[block.block_hash]
-            if self.offload is not None:  # copied out before this step writes the block
-                self.offload.offload(block.block_hash, block.block_id)
         block.block_hash = None
+        return True
 
     def touch(self, blocks: list[KVCacheBlock]) -> None:
         """Take a reference on cache hits; a hit on a free block pulls it out of the free queue."""

@@ -7,10 +7,12 @@
   * ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` (counters, in tokens): prompt
     tokens looked up in the GPU prefix cache and those found; hits / queries is the hit rate vLLM
     logs. A request that waits is looked up again at every admission attempt, and counted again;
+    a preempted request's lookups are left out (vLLM counts them apart, as "preempted");
   * ``vllm:external_prefix_cache_hits`` (counter, tokens; only with a KV offload tier): tokens
     reloaded from the CPU tier, counted once per reload;
   * ``vllm:num_preemptions`` (counter): preemptions since start.
-``LLM.reset_prefix_cache`` zeroes the prefix-cache counters.
+Counters only grow, as Prometheus counters do: ``LLM.reset_prefix_cache`` empties the cache,
+not the counts.
 """
 
 from __future__ import annotations

@@ -29,12 +29,16 @@ class PrefixCacheStats:
     """Prefix-cache lookups counted in tokens (what vLLM reports as its hit rate); ``hit_tokens``
     is ``gpu_hit_tokens`` (the GPU prefix cache, counted at every lookup, as vLLM does, so a request
     that waits is counted again) plus ``cpu_hit_tokens`` (reloaded from the offload tier, counted
-    once per reload, when ``allocate_slots`` queues it)."""
+    once per reload, when ``allocate_slots`` queues it). As in vLLM, the lookups of a request that
+    was preempted go to the ``preempted_*`` counts instead (its own earlier blocks would flatter the
+    hit rate). Counters only grow: ``reset_prefix_cache`` leaves them alone."""
 
     queried_tokens: int = 0
     hit_tokens: int = 0
     gpu_hit_tokens: int = 0
     cpu_hit_tokens: int = 0
+    preempted_queried_tokens: int = 0
+    preempted_hit_tokens: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -70,10 +74,14 @@ class KVCacheManager:
             if block is None:
                 break
             hits.append(block)
-        stats = self.prefix_cache_stats
-        stats.queried_tokens += request.num_tokens
-        stats.hit_tokens += (len(hits) - on_cpu) * self.block_size  # CPU-tier hits: once reloaded (allocate_slots)
-        stats.gpu_hit_tokens += (len(hits) - on_cpu) * self.block_size
+        stats, gpu_hit_tokens = self.prefix_cache_stats, (len(hits) - on_cpu) * self.block_size
+        if request.num_preemptions:
+            stats.preempted_queried_tokens += request.num_tokens
+            stats.preempted_hit_tokens += gpu_hit_tokens
+        else:
+            stats.queried_tokens += request.num_tokens
+            stats.hit_tokens += gpu_hit_tokens  # CPU-tier hits: once reloaded (allocate_slots)
+            stats.gpu_hit_tokens += gpu_hit_tokens
         return hits, len(hits) * self.block_size
 
     def allocate_slots(self, request: Request, num_new_tokens: int,
@@ -98,14 +106,21 @@ class KVCacheManager:
         self.block_pool.touch(on_gpu)  # out of the free queue: the pops below cannot evict them
         if on_cpu:
             blocks += self._reload(hits, on_cpu)
-            self.prefix_cache_stats.cpu_hit_tokens += len(on_cpu) * self.block_size
-            self.prefix_cache_stats.hit_tokens += len(on_cpu) * self.block_size
+            self._count_reload(request, len(on_cpu) * self.block_size)
         else:
             blocks += hits
         new_blocks = self.block_pool.get_new_blocks(max(0, needed))
         blocks += new_blocks
         self._cache_full_blocks(request, blocks, computed + num_new_tokens)
         return new_blocks
+
+    def _count_reload(self, request: Request, tokens: int) -> None:
+        stats = self.prefix_cache_stats
+        if request.num_preemptions:
+            stats.preempted_hit_tokens += tokens
+        else:
+            stats.cpu_hit_tokens += tokens
+            stats.hit_tokens += tokens
 
     def _reload(self, hits: list[KVCacheBlock | OffloadedBlock], on_cpu: list) -> list[KVCacheBlock]:
         """``hits`` as GPU blocks: a fresh one per CPU hit, its reload queued. The CPU blocks are
@@ -118,13 +133,12 @@ class KVCacheManager:
         return [hit if isinstance(hit, KVCacheBlock) else next(targets) for hit in hits]
 
     def reset_prefix_cache(self) -> bool:
-        """Forget every cached hash on the GPU and in the offload tier, and zero the counters; False
-        (nothing changed) while any request holds blocks."""
+        """Forget every cached hash on the GPU and in the offload tier (the counters keep counting);
+        False (nothing changed) while any request holds blocks."""
         if not self.block_pool.reset_prefix_cache():
             return False
         if self.offload is not None:
             self.offload.clear()
-        self.prefix_cache_stats = PrefixCacheStats()
         return True
 
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -152,9 +166,14 @@ class KVCacheManager:
         self._cache_full_blocks(request, blocks, request.num_computed_tokens)
 
     def free(self, request: Request) -> None:
-        """Release every block of ``request``, last block first."""
+        """Release every block of ``request``, last block first. Blocks past ``num_computed_tokens``
+        were allocated for tokens no forward pass has written (a request preempted after it was
+        scheduled in this step): they leave the prefix cache first, so nobody can hit their garbage.
+        (vLLM registers hashes at allocation too and has this hole open: PR #43569.)"""
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.num_cached_blocks.pop(request.request_id, None)
+        for block in blocks[request.num_computed_tokens // self.block_size:]:  # never shared: only this
+            self.block_pool.uncache(block)  # request's allocation registered them, in this very step
         self.block_pool.free_blocks(list(reversed(blocks)))
 
     def block_ids(self, request_id: str) -> list[int]:

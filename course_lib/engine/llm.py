@@ -123,6 +123,7 @@ class LLM:
         quantization: str | None = None,
         kv_cache_dtype: str = "auto",
         kv_offload_blocks: int | None = None,
+        max_logprobs: int = 20,
     ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -197,6 +198,7 @@ class LLM:
         self.proposer = self._make_proposer(self.speculative_config, dtype, device)
         self.spec_decode_stats = (SpecDecodeStats(self.speculative_config.num_speculative_tokens)
                                   if self.speculative_config else None)
+        self.max_logprobs = model.config.vocab_size if max_logprobs == -1 else max_logprobs
         self.step_trace: list[StepRecord] = []
         self._generators: dict[str, torch.Generator] = {}
         self._ids = itertools.count()
@@ -255,6 +257,16 @@ class LLM:
             )
         return ids
 
+    def _check_request(self, params: SamplingParams, priority: int) -> None:
+        """Refuse what this engine cannot serve, before anything is queued (vLLM's messages)."""
+        if priority != 0 and self.scheduler_config.policy != "priority":
+            raise ValueError(f"Got priority {priority}, but priority scheduling is off: create the LLM with "
+                             'scheduling_policy="priority".')
+        wanted = self.model.config.vocab_size if params.logprobs == -1 else params.logprobs
+        if wanted is not None and wanted > self.max_logprobs:
+            raise ValueError(f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
+                             f"{self.max_logprobs} (raise LLM(max_logprobs=...)).")
+
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     cache_salt: str | None = None, request_id: str | None = None, priority: int = 0) -> list[str]:
         """Queue a prompt; ``params.n`` samples become sibling requests that share the prompt's
@@ -262,9 +274,7 @@ class LLM:
         Returns the request ids."""
         params = params or SamplingParams()
         self._check_open()
-        if priority != 0 and self.scheduler_config.policy != "priority":
-            raise ValueError(f"Got priority {priority}, but priority scheduling is off: create the LLM with "
-                             'scheduling_policy="priority".')
+        self._check_request(params, priority)
         prompt_ids = self._encode(prompt)
         base = request_id or str(next(self._ids))
         ids = []
@@ -325,6 +335,8 @@ class LLM:
         params = _one_per_prompt(sampling_params, len(prompts), "sampling_params")
         priorities = _one_per_prompt(priority if priority is not None else 0, len(prompts), "priority")
         encoded = [self._encode(prompt) for prompt in prompts]  # every prompt is valid before any work starts
+        for one, rank in zip(params, priorities):
+            self._check_request(one or SamplingParams(), rank)
         groups = []
         for prompt, prompt_ids, one, rank in zip(prompts, encoded, params, priorities):
             request_id = str(next(self._ids))
@@ -354,8 +366,8 @@ class LLM:
         self.close()
 
     def reset_prefix_cache(self) -> bool:
-        """Forget every cached prefix block (GPU and offload tier) and zero the prefix-cache counters,
-        as vLLM's ``LLM.reset_prefix_cache``; False (nothing reset) while requests hold blocks."""
+        """Forget every cached prefix block (GPU and offload tier), as vLLM's ``LLM.reset_prefix_cache``;
+        False (nothing reset) while requests hold blocks. The metrics' counters keep counting."""
         return self.kv_cache_manager.reset_prefix_cache()
 
     def get_metrics(self) -> list[Metric]:

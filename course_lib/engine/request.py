@@ -29,7 +29,7 @@ class Request:
     for a point-mass proposer. A step computes at most ``num_tokens + len(spec_token_ids)``
     tokens; drafts the target rejects are rolled back out of ``num_computed_tokens``.
 
-    ``eos_token_ids``: the model's end-of-sequence ids (any of them stops the request);
+    ``eos_token_ids``: the model's end-of-sequence ids, its main one first (any of them stops it);
     ``all_stop_token_ids`` adds ``sampling_params.stop_token_ids`` (what ``min_tokens`` masks).
     ``priority``: lower is served first under ``scheduling_policy="priority"``. ``detokenize``
     (token ids -> text) is needed only for ``stop`` strings."""
@@ -62,8 +62,8 @@ class Request:
     _text_checked: int = 0  # output characters already searched for stop strings
 
     def __post_init__(self) -> None:
-        self.eos_token_ids = frozenset(self.eos_token_ids or ())
-        self.all_stop_token_ids = self.eos_token_ids | frozenset(self.sampling_params.stop_token_ids)
+        self.eos_token_ids = tuple(self.eos_token_ids or ())
+        self.all_stop_token_ids = frozenset(self.eos_token_ids) | frozenset(self.sampling_params.stop_token_ids)
         if self.sampling_params.stop and self.detokenize is None:
             raise ValueError("Stop strings need the engine's tokenizer to detokenize the output.")
         if self.sampling_params.logprobs is not None:
@@ -98,17 +98,18 @@ class Request:
         return min(self.sampling_params.max_tokens - len(self.output_token_ids), self.max_model_len - self.num_tokens)
 
     def check_stop(self) -> bool:
-        """After each new token, in vLLM's order: ``max_tokens`` or ``max_model_len`` (length); then,
-        once ``min_tokens`` are out, an EOS id (unless ``ignore_eos``), a stop token id, and (once
-        past ``min_tokens``) a stop string in the text. True if finished."""
-        params, last = self.sampling_params, self.output_token_ids[-1]
-        if len(self.output_token_ids) >= params.max_tokens or self.num_tokens >= self.max_model_len:
-            self.status = RequestStatus.FINISHED_LENGTH
-            return True
-        if len(self.output_token_ids) < params.min_tokens:
-            return False
+        """After each new token, in vLLM V1's order: nothing but ``max_model_len`` stops a request
+        before ``min_tokens``; then an EOS id (unless ``ignore_eos``; the first is the model's, any
+        other is reported as the stop reason, as vLLM moves a generation config's extra EOS ids into
+        ``stop_token_ids``), a stop token id, a stop string in the text (past ``min_tokens``), and
+        only then ``max_tokens`` / ``max_model_len``: a stop that lands on the last allowed token is
+        a stop. True if finished."""
+        params, last, count = self.sampling_params, self.output_token_ids[-1], len(self.output_token_ids)
+        if count < params.min_tokens:
+            return self._finish_if_too_long()
         if not params.ignore_eos and last in self.eos_token_ids:
             self.status = RequestStatus.FINISHED_STOPPED
+            self.stop_reason = None if last == self.eos_token_ids[0] else last
             return True
         if last in params.stop_token_ids:
             self.status, self.stop_reason = RequestStatus.FINISHED_STOPPED, last
@@ -116,18 +117,26 @@ class Request:
         if params.stop and self._find_stop_string():
             self.status = RequestStatus.FINISHED_STOPPED
             return True
+        return self._finish_if_too_long()
+
+    def _finish_if_too_long(self) -> bool:
+        if len(self.output_token_ids) >= self.sampling_params.max_tokens or self.num_tokens >= self.max_model_len:
+            self.status = RequestStatus.FINISHED_LENGTH
+            return True
         return False
 
     def _find_stop_string(self) -> bool:
         """Search the text the newest token added (plus a stop string's length before it) for the
-        earliest stop string; on a hit, record it and where the text ends."""
+        stop strings, in the order given (the first found wins, as in vLLM); on a hit, record it and
+        where the text ends. Trailing U+FFFD (an incomplete UTF-8 character) counts as unread, since
+        the next token may complete it without lengthening the text."""
         text = self.detokenize(self.output_token_ids)
-        checked, self._text_checked = self._text_checked, len(text)
+        checked, self._text_checked = self._text_checked, len(text.rstrip("\ufffd"))
         if len(self.output_token_ids) <= self.sampling_params.min_tokens:
             return False  # vLLM looks for stop strings only past min_tokens
-        hits = [(at, stop) for stop in self.sampling_params.stop
-                if (at := text.find(stop, max(0, checked - len(stop) + 1))) >= 0]
-        if not hits:
-            return False
-        self.stop_text_end, self.stop_reason = min(hits, key=lambda hit: hit[0])
-        return True
+        for stop in self.sampling_params.stop:
+            at = text.find(stop, max(0, checked - len(stop) + 1))
+            if at >= 0:
+                self.stop_text_end, self.stop_reason = at, stop
+                return True
+        return False

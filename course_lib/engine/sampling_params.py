@@ -17,7 +17,11 @@ class SamplingParams:
     at ``max_tokens``. No stop condition fires before ``min_tokens`` tokens: the sampler gives the
     EOS ids and ``stop_token_ids`` zero probability until then. ``logprobs=k`` returns, for every
     generated token, the log-probabilities of the k most likely tokens and of the sampled one,
-    from the model's raw logits (before temperature and filters, vLLM's default)."""
+    from the model's raw logits (before temperature and filters, vLLM's default); -1 means the
+    whole vocabulary, and the engine refuses more than its ``max_logprobs`` (20, as vLLM).
+
+    With speculative decoding a stop lands on the exact token that completes it; vLLM checks stop
+    strings once per step, so its token ids may run a few verified drafts past one."""
 
     n: int = 1
     temperature: float = 1.0
@@ -42,8 +46,10 @@ class SamplingParams:
             raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
-        if self.top_k < -1:
-            raise ValueError(f"top_k must be -1 or 0 (disable), or at least 1, got {self.top_k}.")
+        if self.top_k == -1:  # vLLM's older spelling of "off"
+            object.__setattr__(self, "top_k", 0)
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
         if self.min_tokens < 0:
@@ -51,8 +57,8 @@ class SamplingParams:
         if self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, "
                              f"got {self.min_tokens}.")
-        if self.logprobs is not None and self.logprobs < 0:
-            raise ValueError(f"logprobs must be non-negative, got {self.logprobs}.")
+        if self.logprobs is not None and self.logprobs < -1:
+            raise ValueError(f"logprobs must be non-negative or -1, got {self.logprobs}.")
         if any(not s for s in self.stop):
             raise ValueError("stop cannot contain an empty string.")
         if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):

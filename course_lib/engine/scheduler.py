@@ -156,6 +156,7 @@ class Scheduler:
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         blocks = self.kv.block_ids(request.request_id)[: -(-request.num_computed_tokens // self.kv.block_size)]
+        self.kv.free(request)  # while num_computed_tokens still says which blocks hold written KV
         if self.config.preemption_mode == "swap" and 0 < len(blocks) <= len(self.free_cpu_blocks):
             cpu = [self.free_cpu_blocks.popleft() for _ in blocks]
             out.swap_out += list(zip(blocks, cpu))
@@ -163,7 +164,6 @@ class Scheduler:
         else:
             request.num_computed_tokens = 0
         request.spec_token_ids, request.spec_probs = [], None  # proposed again once it runs
-        self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
         self.total_preemptions += 1

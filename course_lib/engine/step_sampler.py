@@ -6,7 +6,7 @@ verifying ``j`` drafts (row ``i`` predicts its ``i``-th new token). Per request:
     ids and ``stop_token_ids`` get logit -inf in that row (vLLM's min-tokens logits processor);
   * greedy rows take the argmax (ties to the lowest id), all in one batched call; sampled rows
     draw from ``sampler.probabilities``; rows with drafts go through the rejection sampler;
-  * ``logprobs=k``: for each emitted token, the log-softmax of the row's *raw* logits (before the
+  * ``logprobs=k`` (-1: all): for each emitted token, the log-softmax of the row's *raw* logits (before the
     min-tokens mask, temperature and filters: vLLM's default ``raw_logprobs``) for the sampled
     token and the k most likely ones, with their 1-based ranks.
 """
@@ -40,6 +40,7 @@ def token_logprobs(raw_logits: torch.Tensor, token_ids: list[int], k: int) -> li
     """For rows ``raw_logits[i]`` and the tokens emitted from them: the sampled token's and the top
     ``k`` tokens' log-probabilities and ranks (``decoded_token`` is filled in by ``LLM``)."""
     logprobs = torch.log_softmax(raw_logits[:len(token_ids)].float(), dim=-1).cpu()
+    k = logprobs.shape[-1] if k == -1 else k  # -1: the whole vocabulary
     top = torch.topk(logprobs, k, dim=-1) if k else None
     entries = []
     for i, token in enumerate(token_ids):

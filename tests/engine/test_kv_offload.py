@@ -132,10 +132,12 @@ def cached_then_evicted(manager: KVCacheManager, prompt: list[int], request_id: 
     """Compute ``prompt``'s blocks (bookkeeping only), free them, and evict them to the CPU tier."""
     request = Request(request_id, prompt, ONE, None, 0.0, manager.block_size, 256)
     manager.allocate_slots(request, request.num_tokens)
+    request.num_computed_tokens = request.num_tokens  # the forward pass wrote them
     manager.free(request)
     filler = Request(request_id + "-filler", [1] * 4 * len(manager.block_pool.blocks), ONE, None, 0.0,
                      manager.block_size, 256)
     manager.allocate_slots(filler, manager.block_size * len(manager.block_pool.blocks))
+    filler.num_computed_tokens = filler.num_tokens
     manager.free(filler)
     manager.take_transfers()
     return request

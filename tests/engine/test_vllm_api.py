@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from course_lib.engine import LLM, SamplingParams
+from course_lib.engine.request import Request
 from course_lib.models.llama import LlamaForCausalLM
 from course_lib.models.tokenizer import ByteTokenizer
 
@@ -25,9 +26,10 @@ def engine(model, **kwargs) -> LLM:
 
 @torch.inference_mode()
 def oracle(model, prompt: list[int], params: SamplingParams, eos_ids=(1,), max_model_len: int = 96):
-    """vLLM's stop rules, re-stated plainly on the dense model: (tokens, finish_reason, stop_reason,
-    text). Until ``min_tokens`` tokens are out, EOS and stop ids are masked and nothing stops but
-    length; a stop string counts only if it ends in text added after the first ``min_tokens`` tokens."""
+    """vLLM V1's stop rules, re-stated plainly on the dense model: (tokens, finish_reason,
+    stop_reason, text). Until ``min_tokens`` tokens are out, EOS and stop ids are masked and only
+    the context limit stops it; then EOS, a stop id, a stop string (the first in list order that
+    ends in text added after the first ``min_tokens`` tokens) and only then the length limits."""
     tokens, out = list(prompt), []
     masked = sorted(set(eos_ids) | set(params.stop_token_ids))
     while True:
@@ -37,19 +39,23 @@ def oracle(model, prompt: list[int], params: SamplingParams, eos_ids=(1,), max_m
         token = int(torch.argmax(logits))
         out.append(token)
         tokens.append(token)
-        if len(out) >= params.max_tokens or len(tokens) >= max_model_len:
-            return out, "length", None, DECODE(out)
+        too_long = len(out) >= params.max_tokens or len(tokens) >= max_model_len
         if len(out) < params.min_tokens:
+            if too_long:
+                return out, "length", None, DECODE(out)
             continue
         if not params.ignore_eos and token in eos_ids:
-            return out, "stop", None, DECODE(out[:-1])
+            return out, "stop", None if token == eos_ids[0] else token, DECODE(out[:-1])
         if token in params.stop_token_ids:
             return out, "stop", token, DECODE(out[:-1])
         text, settled = DECODE(out), len(DECODE(out[:params.min_tokens]))
-        hits = [(at, stop) for stop in params.stop if (at := text.find(stop, max(0, settled - len(stop) + 1))) >= 0]
-        if hits and len(out) > params.min_tokens:
-            at, stop = min(hits, key=lambda hit: hit[0])
-            return out, "stop", stop, text[:at]
+        if len(out) > params.min_tokens:
+            for stop in params.stop:
+                at = text.find(stop, max(0, settled - len(stop) + 1))
+                if at >= 0:
+                    return out, "stop", stop, text[:at]
+        if too_long:
+            return out, "length", None, text
 
 
 def completion(llm: LLM, prompt, params):
@@ -71,11 +77,11 @@ def test_the_vllm_imports_work():
     (dict(temperature=-0.5), "temperature must be non-negative, got -0.5."),
     (dict(top_p=0), r"top_p must be in \(0, 1\], got 0."),
     (dict(top_p=1.5), r"top_p must be in \(0, 1\], got 1.5."),
-    (dict(top_k=-2), r"top_k must be -1 or 0 \(disable\), or at least 1, got -2."),
+    (dict(top_k=-2), r"top_k must be 0 \(disable\), or at least 1, got -2."),
     (dict(max_tokens=0), "max_tokens must be at least 1, got 0."),
     (dict(min_tokens=-1), "min_tokens must be greater than or equal to 0, got -1."),
     (dict(max_tokens=4, min_tokens=5), "min_tokens must be less than or equal to max_tokens=4, got 5."),
-    (dict(logprobs=-1), "logprobs must be non-negative, got -1."),
+    (dict(logprobs=-2), "logprobs must be non-negative or -1, got -2."),
     (dict(stop=["ok", ""]), "stop cannot contain an empty string."),
     (dict(stop_token_ids=[3, -1]), "stop_token_ids must be non-negative token ids"),
 ])
@@ -85,6 +91,7 @@ def test_bad_sampling_params_get_vllms_messages(kwargs, message):
 
 
 def test_stop_accepts_one_string_or_a_list():
+    assert SamplingParams(top_k=-1).top_k == 0  # vLLM's older "off"
     assert SamplingParams(stop="\n").stop == ("\n",)
     assert SamplingParams(stop=["a", "b"], stop_token_ids=[4]).stop == ("a", "b")
     assert SamplingParams().stop == () and SamplingParams().stop_token_ids == ()
@@ -118,7 +125,7 @@ def test_min_tokens_masks_eos_and_stop_ids_until_reached(tiny_model):
     model = model.double().eval()
     eos = (free[1], free[2])
     early = completion(engine(model), [5, 6, 7], SamplingParams(temperature=0, max_tokens=30))
-    assert early[0] == free[:2] and early[1:3] == ("stop", None)  # the first of its EOS ids stops it
+    assert early[0] == free[:2] and early[1:3] == ("stop", None)  # its main EOS id stops it
     params = SamplingParams(temperature=0, max_tokens=30, min_tokens=6)
     tokens, reason, _, _ = completion(engine(model), [5, 6, 7], params)
     assert not set(tokens[:6]) & set(eos) and len(tokens) > 6
@@ -144,15 +151,46 @@ def test_logprobs_are_the_raw_model_log_softmax(tiny_model):
     assert math.isclose(output.cumulative_logprob, sum(e[t].logprob for e, t in zip(output.logprobs, output.token_ids)))
 
 
-def test_a_sampled_token_outside_the_top_k_is_listed_with_its_rank(tiny_model):
-    params = SamplingParams(temperature=5.0, max_tokens=12, ignore_eos=True, logprobs=1, seed=3)
-    output = engine(tiny_model).generate([[2, 3]], params)[0].outputs[0]
-    ranks = [entry[token].rank for entry, token in zip(output.logprobs, output.token_ids)]
+def test_logprobs_of_sampled_tokens_come_from_the_raw_logits(tiny_model):
+    prompt = [2, 3]
+    params = SamplingParams(temperature=5.0, top_k=10, max_tokens=12, ignore_eos=True, logprobs=1, seed=3)
+    output = engine(tiny_model).generate([prompt], params)[0].outputs[0]
+    with torch.inference_mode():
+        logits = tiny_model.forward_dense(torch.tensor([prompt + output.token_ids]))[0]
+    raw = torch.log_softmax(logits[len(prompt) - 1:-1].float(), -1)  # not divided by 5, not top-k filtered
+    ranks = []
+    for i, (entry, token) in enumerate(zip(output.logprobs, output.token_ids)):
+        assert next(iter(entry)) == token and math.isclose(entry[token].logprob, float(raw[i, token]), abs_tol=1e-5)
+        ranks.append(entry[token].rank)
+        assert ranks[-1] == 1 + int((raw[i] > raw[i, token]).sum())
+        assert len(entry) == (1 if ranks[-1] == 1 else 2)  # the top token joins a sampled token outside it
     assert any(rank > 1 for rank in ranks)  # a hot temperature picks unlikely tokens
-    for entry, token, rank in zip(output.logprobs, output.token_ids, ranks):
-        assert next(iter(entry)) == token and len(entry) == (1 if rank == 1 else 2)
-    assert output.logprobs is not None and engine(tiny_model).generate([[2, 3]], replace(params, logprobs=None))[0] \
-        .outputs[0].logprobs is None
+    assert math.isclose(output.cumulative_logprob, float(raw[range(len(ranks)), output.token_ids].sum()), abs_tol=1e-4)
+    quiet = engine(tiny_model).generate([prompt], replace(params, logprobs=None))[0].outputs[0]
+    assert quiet.logprobs is None and quiet.cumulative_logprob is None and quiet.token_ids == output.token_ids
+
+
+def test_logprobs_under_min_tokens_are_unmasked_and_all_means_the_vocabulary(tiny_model):
+    prompt, eos = [5, 6, 7], tiny_model.config.eos_token_id
+    params = SamplingParams(temperature=0, max_tokens=3, min_tokens=3, logprobs=-1)
+    output = engine(tiny_model, max_logprobs=-1).generate([prompt], params)[0].outputs[0]
+    assert all(len(entry) == tiny_model.config.vocab_size for entry in output.logprobs)
+    with torch.inference_mode():
+        logits = tiny_model.forward_dense(torch.tensor([prompt + output.token_ids]))[0]
+    raw = torch.log_softmax(logits[len(prompt) - 1], -1)
+    assert math.isfinite(output.logprobs[0][eos].logprob)  # masked for sampling, reported raw
+    assert math.isclose(output.logprobs[0][eos].logprob, float(raw[eos]), abs_tol=1e-5)
+
+
+def test_more_logprobs_than_max_logprobs_are_refused_before_queueing(tiny_model):
+    llm = engine(tiny_model)
+    with pytest.raises(ValueError, match="Requested sample logprobs of 21, which is greater than max allowed: 20"):
+        llm.generate([[5], [6]], [SamplingParams(logprobs=2), SamplingParams(logprobs=21)])
+    with pytest.raises(ValueError, match="Requested sample logprobs of 64, which is greater than max allowed: 20"):
+        llm.add_request([5], SamplingParams(logprobs=-1))
+    assert not llm.scheduler.has_unfinished_requests()
+    wide = engine(tiny_model, max_logprobs=-1).generate([[5]], SamplingParams(max_tokens=1, logprobs=-1))
+    assert len(wide[0].outputs[0].logprobs[0]) == 64
 
 
 def test_one_sampling_params_per_prompt(tiny_model):
@@ -174,8 +212,29 @@ def test_priority_orders_admission_lower_first(tiny_model):
     assert sorted(first_step, key=first_step.get) == ["1", "2", "0"]
     plain = engine(tiny_model).generate([[5, 6], [7, 8], [9, 10]], params)
     assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in plain]  # order is not output
+    plain_llm = engine(tiny_model)
     with pytest.raises(ValueError, match='scheduling_policy="priority"'):
-        engine(tiny_model).generate([[5]], params, priority=[1])
+        plain_llm.generate([[5], [6]], params, priority=[0, 1])
+    assert not plain_llm.scheduler.has_unfinished_requests()  # the first prompt was not queued either
+
+
+def test_a_victim_scheduled_earlier_in_its_step_leaves_no_unwritten_block_cached(tiny_model):
+    low_prompt, high_prompt = [2 + (i * 7) % 60 for i in range(24)], [3, 9, 27, 17, 51, 25, 11, 33]
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=0)
+    clean = engine(tiny_model, max_model_len=32).generate([low_prompt], params)[0].outputs[0]
+    llm = engine(tiny_model, max_model_len=32, num_gpu_blocks=8, long_prefill_token_threshold=8,
+                 scheduling_policy="priority")
+    low = llm.add_request(low_prompt, params, priority=1)[0]
+    llm.step()  # low is running, first in the batch
+    llm.add_request(high_prompt, replace(params, max_tokens=3), priority=0)
+    done = {}
+    while llm.scheduler.has_unfinished_requests():
+        done.update({r.request_id: r for r in llm.step()})
+    victim_step = next(r for r in llm.step_trace if low in r.preempted)
+    assert low not in victim_step.scheduled and victim_step.scheduled  # its tokens went back to the budget
+    assert done[low].output_token_ids == clean.token_ids
+    assert [e[t].logprob for e, t in zip(done[low].logprobs, clean.token_ids)] == \
+        [e[t].logprob for e, t in zip(clean.logprobs, clean.token_ids)]
 
 
 def test_priority_preempts_the_lowest_priority_running_request(tiny_model):
@@ -207,29 +266,82 @@ def test_reset_prefix_cache_forgets_hits_and_is_refused_mid_run(tiny_model):
     while llm.scheduler.has_unfinished_requests():
         llm.step()
     assert llm.reset_prefix_cache() is True
-    metrics = {m.name: m.value for m in llm.get_metrics()}
-    assert metrics["vllm:prefix_cache_queries"] == metrics["vllm:prefix_cache_hits"] == 0
     assert llm.generate([prompt], params)[0].num_cached_tokens == 0
+    metrics = {m.name: m.value for m in llm.get_metrics()}
+    assert (metrics["vllm:prefix_cache_queries"], metrics["vllm:prefix_cache_hits"]) == (4 * 28, 2 * 24)  # still counting
 
 
-def test_get_metrics_uses_vllms_names_and_meanings(tiny_model):
+def test_get_metrics_counts_as_vllm_does(tiny_model):
     llm = engine(tiny_model, num_gpu_blocks=24)
     prompt, params = list(range(2, 30)), SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
-    llm.generate([prompt, prompt], params)
+    llm.generate([prompt, prompt], params)  # both looked up once; the second finds 24 of its 28 tokens
     for _ in range(3):
         llm.add_request(list(range(30, 50)), params)
     llm.step()
     metrics = {m.name: (m.kind, m.value) for m in llm.get_metrics()}
-    stats = llm.kv_cache_manager.prefix_cache_stats
-    assert metrics["vllm:num_requests_running"] == ("gauge", len(llm.scheduler.running))
-    assert metrics["vllm:num_requests_waiting"] == ("gauge", len(llm.scheduler.waiting))
-    assert metrics["vllm:num_requests_running"][1] + metrics["vllm:num_requests_waiting"][1] == 3
-    assert metrics["vllm:kv_cache_usage_perc"] == ("gauge", llm.kv_cache_manager.block_pool.usage())
-    assert 0 < metrics["vllm:kv_cache_usage_perc"][1] <= 1
-    assert metrics["vllm:prefix_cache_queries"] == ("counter", stats.queried_tokens)
-    assert metrics["vllm:prefix_cache_hits"] == ("counter", stats.gpu_hit_tokens) and stats.gpu_hit_tokens >= 24
-    assert metrics["vllm:num_preemptions"] == ("counter", llm.scheduler.total_preemptions)
+    assert metrics["vllm:prefix_cache_queries"] == ("counter", 2 * 28 + 3 * 20)
+    assert metrics["vllm:prefix_cache_hits"] == ("counter", 24 + 2 * 16)  # later copies hit the first's blocks
+    assert metrics["vllm:num_requests_running"] == ("gauge", 3) and metrics["vllm:num_requests_waiting"] == ("gauge", 0)
+    held = {id(b) for blocks in llm.kv_cache_manager.req_to_blocks.values() for b in blocks}
+    assert metrics["vllm:kv_cache_usage_perc"][0] == "gauge"
+    assert math.isclose(metrics["vllm:kv_cache_usage_perc"][1], len(held) / 24)
+    assert metrics["vllm:num_preemptions"] == ("counter", 0)
     assert "vllm:external_prefix_cache_hits" not in metrics  # no offload tier
+
+
+def test_a_preempted_requests_lookups_are_counted_apart(tiny_model):
+    rng = random.Random(3)
+    prompts = [[rng.randrange(2, 64) for _ in range(12)] for _ in range(4)]
+    llm = engine(tiny_model, num_gpu_blocks=24)
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True))
+    metrics = {m.name: m.value for m in llm.get_metrics()}
+    stats = llm.kv_cache_manager.prefix_cache_stats
+    assert metrics["vllm:num_preemptions"] > 0 and stats.preempted_queried_tokens > 0
+    assert metrics["vllm:prefix_cache_queries"] == sum(map(len, prompts))  # each new prompt once
+
+
+def test_a_stop_on_the_last_allowed_token_is_a_stop(tiny_model):
+    free = oracle(tiny_model, [5, 6, 7], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))[0]
+    k = next(i for i in range(1, len(free)) if free[i] not in free[:i])
+    by_id = completion(engine(tiny_model), [5, 6, 7], SamplingParams(temperature=0, max_tokens=k + 1,
+                                                                     ignore_eos=True, stop_token_ids=[free[k]]))
+    assert by_id == (free[:k + 1], "stop", free[k], DECODE(free[:k]))
+    stop = DECODE(free[k - 1:k + 1])
+    by_text = completion(engine(tiny_model), [5, 6, 7], SamplingParams(temperature=0, max_tokens=k + 1,
+                                                                       ignore_eos=True, stop=[stop]))
+    text = DECODE(free[:k + 1])
+    assert by_text == (free[:k + 1], "stop", stop, text[:text.find(stop)])
+
+
+def test_the_first_stop_string_in_list_order_wins():
+    text = "xab"
+    request = Request("r", [1], SamplingParams(max_tokens=10, stop=["ab", "b"]), [1], 0.0, 4, 96, detokenize=DECODE)
+    first = Request("r", [1], SamplingParams(max_tokens=10, stop=["b", "ab"]), [1], 0.0, 4, 96, detokenize=DECODE)
+    for r in (request, first):
+        for token in text.encode():
+            r.append_output_token(token, 0.0)
+            if r.check_stop():
+                break
+    assert (request.stop_reason, request.stop_text_end) == ("ab", 1)
+    assert (first.stop_reason, first.stop_text_end) == ("b", 2)
+
+
+@pytest.mark.parametrize("stop", ["é", "éa", "€"])
+def test_a_stop_string_made_of_multibyte_characters_is_found(stop):
+    request = Request("r", [1], SamplingParams(max_tokens=20, stop=[stop]), [257], 0.0, 4, 96, detokenize=DECODE)
+    for token in ("x" + stop + "yz").encode():
+        request.append_output_token(token, 0.0)
+        if request.check_stop():
+            break
+    assert request.stop_reason == stop and request.stop_text_end == 1 and DECODE(request.output_token_ids).endswith(stop)
+
+
+def test_the_models_extra_eos_ids_are_reported_as_stop_reasons(tiny_model):
+    free = oracle(tiny_model, [5, 6, 7], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))[0]
+    model = LlamaForCausalLM(replace(tiny_model.config, eos_token_ids=(1, free[2])))
+    model.load_state_dict(tiny_model.state_dict())
+    out = completion(engine(model.double().eval()), [5, 6, 7], SamplingParams(temperature=0, max_tokens=30))
+    assert out[0] == free[:free.index(free[2]) + 1] and out[1:3] == ("stop", free[2])  # not the main EOS: named
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
