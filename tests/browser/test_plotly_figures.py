@@ -16,6 +16,30 @@ FIGURES = [  # lesson, the start of each figure's title, text that hovering the 
 ]
 
 
+def hover(page, plot, where: str, tries: int = 5) -> None:
+    """Send the mouse events of a pointer resting on the page position [x, y] that the JavaScript
+    ``where`` (given the plot) returns, until plotly shows a hover label. The events go to the
+    plot's drag layer (where plotly listens; the points themselves take no events), so the point
+    need not be scrolled on screen; a plot may still be redrawing after Run All, so
+    the position is read again on each try."""
+    send = ("el => { const [x, y] = (" + where + ")(el); const drag = el.querySelector('.nsewdrag');"
+            " for (const type of ['mouseover', 'mousemove']) drag.dispatchEvent(new MouseEvent(type,"
+            " {clientX: x, clientY: y, bubbles: true})); return [x, y]; }")
+    for _ in range(tries):
+        page.wait_for_timeout(700)
+        x, y = plot.evaluate(send)
+        for _ in range(10):
+            page.wait_for_timeout(300)
+            if plot.locator(".hoverlayer .hovertext").count():
+                return
+    raise AssertionError(f"plotly showed no hover label for a pointer at ({x:.0f}, {y:.0f})")
+
+
+FIRST_POINT = """el => {  // the centre of the plot's first marker, in page pixels
+    const box = el.querySelector(".scatterlayer .point").getBoundingClientRect();
+    return [box.x + box.width / 2, box.y + box.height / 2];
+}"""
+
 
 @pytest.mark.parametrize("lesson, titles, unit", FIGURES, ids=[f[0].removesuffix(".ipynb") for f in FIGURES])
 def test_returned_plotly_figures_render_and_answer_hover(open_lesson, lesson, titles, unit):
@@ -25,15 +49,8 @@ def test_returned_plotly_figures_render_and_answer_hover(open_lesson, lesson, ti
     found = [next((t for t in shown if t.startswith(title)), None) for title in titles]
     assert all(found), f"{lesson}: expected figures titled {titles}, found {shown}"
     first = plots.filter(has_text=titles[0]).first
-    page.set_viewport_size({"width": 1400, "height": 2400})  # room for the whole plot on screen
     first.scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    box = first.locator(".scatterlayer .point").first.bounding_box()  # points take no events: the plot does
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    page.mouse.move(x - 20, y - 20)
-    page.mouse.move(x, y, steps=5)
-    page.wait_for_function("el => el.querySelector('.hoverlayer .hovertext') !== null", arg=first.element_handle(),
-                           timeout=10_000)
+    hover(page, first, FIRST_POINT)
     label = first.locator(".hoverlayer .hovertext").first.text_content()
     assert unit in label, f"{lesson}: hovering the first point of {titles[0]!r} showed {label!r}"
 
@@ -50,14 +67,8 @@ def test_crossover_hover_gives_the_size_and_every_algorithms_time(open_lesson):
     time of the ring and of both trees, in µs, so the crossover can be read off any point."""
     page = open_lesson("06_ring_vs_tree.ipynb")
     plot = page.locator(".jp-OutputArea-output .js-plotly-plot").filter(has_text="All-reduce on 512 ranks").first
-    page.set_viewport_size({"width": 1400, "height": 2400})
     plot.scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    x, y = plot.evaluate(POINT_ON_SCREEN)
-    page.mouse.move(x - 30, y - 30)
-    page.mouse.move(x, y, steps=5)
-    page.wait_for_function("el => el.querySelector('.hoverlayer .hovertext') !== null", arg=plot.element_handle(),
-                           timeout=10_000)
+    hover(page, plot, POINT_ON_SCREEN)
     label = plot.locator(".hoverlayer .hovertext").first.text_content()
     assert label.startswith("ring, message ") and "KiB" in label, label
     for name in ("ring:", "binary tree:", "double binary tree:"):
