@@ -3,6 +3,7 @@ batching with a paged KV cache, and static ``generate``).
 
     python -m course_lib.engine.benchmark            # 256 requests, 3 repeats, ~10 minutes on 2 cores
     python -m course_lib.engine.benchmark --requests 64 --repeats 1   # a quick look
+    python -m course_lib.engine.benchmark --threads 1   # steadier when other work shares the cores
 
 Same weights (the shipped tiny model, exported to a Hugging Face ``LlamaForCausalLM``), same
 workload: prompts of 32-256 tokens of Python's help text, output lengths drawn from an
@@ -127,7 +128,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own); 1 is steadier on a machine others share")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from transformers import LlamaForCausalLM as HFLlama
 
     model, _ = load_model("tiny-llama", dtype=torch.float32)
