@@ -23,11 +23,12 @@ THRESHOLDS = [("off", 0)] + [(str(2**k), 2**k) for k in range(8, 14)]  # 256 .. 
 
 
 def simulate_budget(model: ModelSpec, gpu: GPU, workload: list[WorkloadRequest], budget: int,
-                    threshold: int = 0) -> SimulationReport:
-    """One simulated run with this token budget and long-prefill cap (chunked prefill on)."""
+                    threshold: int = 0, policy: str = "fcfs") -> SimulationReport:
+    """One simulated run with this token budget, long-prefill cap (chunked prefill on) and
+    scheduling policy ("priority" orders by each request's ``priority``)."""
     longest = max(len(r.prompt_token_ids) + r.output_len for r in workload)
     engine = SimulatedEngine(model, gpu, max_model_len=longest, max_num_batched_tokens=budget,
-                             long_prefill_token_threshold=threshold)
+                             long_prefill_token_threshold=threshold, scheduling_policy=policy)
     return engine.run(workload)
 
 
