@@ -204,17 +204,18 @@ def rope_inv_freq(config: LlamaConfig, device: torch.device) -> torch.Tensor:
 
 
 def rotary(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
-    """cos and sin tables (``[*positions.shape, head_dim]``) for rotary embeddings, HF layout."""
+    """cos and *signed* sin tables (``[*positions.shape, head_dim]``) for rotary embeddings, HF
+    layout: ``signed_sin`` is sin with its first half negated, which ``apply_rotary`` relies on."""
     angles = positions.float()[..., None] * inv_freq
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return torch.cat([angles, angles], dim=-1).cos().to(dtype), torch.cat([-angles, angles], dim=-1).sin().to(dtype)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x[..., heads, head_dim]`` by position (the non-interleaved 'rotate half' form)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos.unsqueeze(-2) + rotated * sin.unsqueeze(-2)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x[..., heads, head_dim]`` by position (the non-interleaved 'rotate half' form):
+    ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = [-x2, x1]``, computed as
+    ``x * cos + roll(x, half) * signed_sin`` (``[x2, x1] * [-sin, sin]``): three ops instead of six,
+    which measured 3-8% of the engine's step time on this model."""
+    return torch.addcmul(x * cos.unsqueeze(-2), x.roll(x.shape[-1] // 2, -1), signed_sin.unsqueeze(-2))
 
 
 class LlamaAttention(nn.Module):
