@@ -17,7 +17,6 @@ from course_lib.widgets.batching_explorer import (
     serve_both,
     spread_workload,
     sweep_spread,
-    throughput_ratio,
 )
 
 matplotlib.use("Agg")

@@ -31,7 +31,7 @@ def test_ring_frames_show_scatter_reduce_then_all_gather():
     assert all(m == 15 for masks in frames[-1]["masks"] for m in masks)
     assert all(dst == (src + 1) % 4 for frame in frames for src, dst, _ in frame["sends"])
     stepper = ring_stepper(traces)
-    (back, forward, slider), view = stepper.children[0].children, stepper.children[1]
+    (_, forward, slider), view = stepper.children[0].children, stepper.children[1]
     forward.click()
     assert slider.value == 1 and "scatter-reduce, step 1 of 3" in view.value and "r0&rarr;r1: chunk 0" in view.value
     with pytest.raises(ValueError, match="between 2 and 8"):
