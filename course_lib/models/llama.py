@@ -99,7 +99,9 @@ class LlamaConfig:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads.")
         object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids) or (self.eos_token_id,))
         if self.eos_token_ids[0] != self.eos_token_id:
-            raise ValueError(f"eos_token_ids {self.eos_token_ids} must start with eos_token_id {self.eos_token_id}.")
+            raise ValueError(f"eos_token_ids {self.eos_token_ids} must start with eos_token_id {self.eos_token_id}; "
+                             f"to change the EOS id, give both (e.g. dataclasses.replace(config, eos_token_id="
+                             f"{self.eos_token_id}, eos_token_ids=({self.eos_token_id},))).")
         if self.model_type not in ARCHITECTURES:
             raise ValueError(f"model_type {self.model_type!r} is not supported; use one of {sorted(ARCHITECTURES)}.")
         if self.model_type == "qwen2" and (self.attention_bias or self.mlp_bias):

@@ -1,6 +1,7 @@
 """The model: both forward paths agree, HF checkpoints load, our outputs equal transformers'."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.models.generate import greedy_reference
+from course_lib.models.llama import LlamaConfig
 from course_lib.models.loader import ASSETS, load_model, save_pretrained
 from course_lib.models.tokenizer import ByteTokenizer
 
@@ -62,3 +64,9 @@ def test_shipped_model_writes_python_help_text():
     llm = LLM("tiny-llama", max_model_len=256, num_gpu_blocks=32)
     text = llm.generate(["The for statement"], SamplingParams(temperature=0, max_tokens=40))[0].outputs[0].text
     assert len(text) >= 20 and text.isascii() and " the " in text
+
+
+def test_changing_the_eos_id_alone_says_to_give_both():
+    with pytest.raises(ValueError, match=r"give both \(e.g. dataclasses.replace\(config, eos_token_id=5, eos_token_ids=\(5,\)\)\)"):
+        replace(LlamaConfig(), eos_token_id=5)
+    assert replace(LlamaConfig(), eos_token_id=5, eos_token_ids=(5,)).eos_token_ids == (5,)
