@@ -367,3 +367,25 @@ def test_stop_conditions_match_the_oracle_under_any_schedule(
     for prompt, output in zip(prompts, outputs):
         got = output.outputs[0]
         assert (got.token_ids, got.finish_reason, got.stop_reason, got.text) == oracle(tiny_model, prompt, params)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_speculation_changes_no_stop_text_or_logprob(tiny_model, seed):
+    rng = random.Random(seed)
+    prompt = [rng.randrange(2, 64) for _ in range(rng.randint(3, 12))] * 2  # repeats: n-gram drafts hit
+    free = oracle(tiny_model, prompt, SamplingParams(temperature=0, max_tokens=14, ignore_eos=True))[0]
+    params = SamplingParams(temperature=0, max_tokens=14, min_tokens=rng.randint(0, 6), n=2, logprobs=2,
+                            stop_token_ids=[rng.choice(free)] if seed % 2 else None,
+                            stop=[chr(rng.choice(free))] if seed % 3 else None)
+    plain = engine(tiny_model).generate([prompt], params)[0].outputs
+    verified = 0
+    for spec in ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3},
+                 {"method": "draft_model", "model": tiny_model, "num_speculative_tokens": 3}):
+        llm = engine(tiny_model, speculative_config=spec)
+        speculated = llm.generate([prompt], params)[0].outputs
+        for a, b in zip(plain, speculated):
+            assert (a.token_ids, a.finish_reason, a.stop_reason, a.text) == (b.token_ids, b.finish_reason, b.stop_reason, b.text)
+            for x, y in zip(a.logprobs, b.logprobs):
+                assert list(x) == list(y) and all(math.isclose(x[t].logprob, y[t].logprob, abs_tol=1e-9) for t in x)
+        verified += llm.spec_decode_stats.num_draft_tokens
+    assert verified > 0  # drafts were really verified
