@@ -74,14 +74,8 @@ class KVCacheManager:
             if block is None:
                 break
             hits.append(block)
-        stats, gpu_hit_tokens = self.prefix_cache_stats, (len(hits) - on_cpu) * self.block_size
-        if request.num_preemptions:
-            stats.preempted_queried_tokens += request.num_tokens
-            stats.preempted_hit_tokens += gpu_hit_tokens
-        else:
-            stats.queried_tokens += request.num_tokens
-            stats.hit_tokens += gpu_hit_tokens  # CPU-tier hits: once reloaded (allocate_slots)
-            stats.gpu_hit_tokens += gpu_hit_tokens
+        # CPU-tier hits are counted once reloaded (allocate_slots), not here
+        self._count(request, request.num_tokens, gpu_hit_tokens=(len(hits) - on_cpu) * self.block_size)
         return hits, len(hits) * self.block_size
 
     def allocate_slots(self, request: Request, num_new_tokens: int,
@@ -106,7 +100,7 @@ class KVCacheManager:
         self.block_pool.touch(on_gpu)  # out of the free queue: the pops below cannot evict them
         if on_cpu:
             blocks += self._reload(hits, on_cpu)
-            self._count_reload(request, len(on_cpu) * self.block_size)
+            self._count(request, 0, cpu_hit_tokens=len(on_cpu) * self.block_size)
         else:
             blocks += hits
         new_blocks = self.block_pool.get_new_blocks(max(0, needed))
@@ -114,13 +108,18 @@ class KVCacheManager:
         self._cache_full_blocks(request, blocks, computed + num_new_tokens)
         return new_blocks
 
-    def _count_reload(self, request: Request, tokens: int) -> None:
+    def _count(self, request: Request, queried_tokens: int, gpu_hit_tokens: int = 0, cpu_hit_tokens: int = 0) -> None:
+        """Add to ``prefix_cache_stats``: the ``preempted_*`` counts for a request that was preempted
+        (as vLLM), the main ones otherwise."""
         stats = self.prefix_cache_stats
         if request.num_preemptions:
-            stats.preempted_hit_tokens += tokens
+            stats.preempted_queried_tokens += queried_tokens
+            stats.preempted_hit_tokens += gpu_hit_tokens + cpu_hit_tokens
         else:
-            stats.cpu_hit_tokens += tokens
-            stats.hit_tokens += tokens
+            stats.queried_tokens += queried_tokens
+            stats.gpu_hit_tokens += gpu_hit_tokens
+            stats.cpu_hit_tokens += cpu_hit_tokens
+            stats.hit_tokens += gpu_hit_tokens + cpu_hit_tokens
 
     def _reload(self, hits: list[KVCacheBlock | OffloadedBlock], on_cpu: list) -> list[KVCacheBlock]:
         """``hits`` as GPU blocks: a fresh one per CPU hit, its reload queued. The CPU blocks are

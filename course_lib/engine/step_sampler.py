@@ -22,10 +22,10 @@ from course_lib.engine.sampler import sample
 TokenLogprobs = dict[int, Logprob]  # one generated token's entry: sampled token first, then the top k
 
 
-def _mask_stop_tokens(logits: torch.Tensor, step, first_rows: list[int]) -> torch.Tensor:
+def _mask_stop_tokens(logits: torch.Tensor, step, drafts_of: list[list[int]], first_rows: list[int]) -> torch.Tensor:
     """``logits`` with stop ids at -inf in every row that comes before a request's ``min_tokens``."""
     masked = None
-    for request, first, drafts in zip(step.sampling, first_rows, step.drafts or [[]] * len(step.sampling)):
+    for request, first, drafts in zip(step.sampling, first_rows, drafts_of):
         short = request.sampling_params.min_tokens - len(request.output_token_ids)
         if short <= 0 or not request.all_stop_token_ids:
             continue
@@ -63,7 +63,7 @@ def sample_step(logits: torch.Tensor, step, generators: dict[str, torch.Generato
     for drafts in drafts_of:
         first_rows.append(row)
         row += len(drafts) + 1
-    processed = _mask_stop_tokens(logits, step, first_rows)
+    processed = _mask_stop_tokens(logits, step, drafts_of, first_rows)
     greedy_rows = processed.argmax(-1).tolist() if any(r.sampling_params.greedy for r in step.sampling) else None
     sampled, logprobs = {}, {}
     for request, drafts, first in zip(step.sampling, drafts_of, first_rows):
