@@ -92,13 +92,15 @@ def _additive(allowed: torch.Tensor) -> torch.Tensor:
 
 
 def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: list[int],
-                   block_tables: list[list[int]], block_size: int, device) -> AttentionMetadata:
-    """Index tensors for one step; ``block_tables[r]`` covers ``seq_lens[r]`` tokens."""
+                   block_tables: list[list[int]], block_size: int, device,
+                   with_decodes: bool = True) -> AttentionMetadata:
+    """Index tensors for one step; ``block_tables[r]`` covers ``seq_lens[r]`` tokens. With
+    ``with_decodes=False`` decoding requests get no buckets (another kernel attends them)."""
 
     starts = [0]
     for n in query_lens:
         starts.append(starts[-1] + n)
-    decode = sorted((r for r, n in enumerate(query_lens) if n == 1), key=lambda r: seq_lens[r])
+    decode = sorted((r for r, n in enumerate(query_lens) if n == 1 and with_decodes), key=lambda r: seq_lens[r])
     decodes = []
     for first in range(0, len(decode), DECODE_BUCKET):
         bucket = decode[first:first + DECODE_BUCKET]

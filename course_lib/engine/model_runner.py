@@ -21,7 +21,7 @@ from course_lib.engine.scheduler import SchedulerOutput
 from course_lib.engine.step_sampler import sample_step
 from course_lib.models.llama import LlamaForCausalLM
 
-ATTENTION_BACKENDS = ("torch", "triton")
+ATTENTION_BACKENDS = ("torch", "triton", "cpu")
 
 
 def _metadata_builder(backend: str):
@@ -35,6 +35,9 @@ def _metadata_builder(backend: str):
             raise ImportError("attention_backend='triton' needs the triton package (Linux); "
                               "use attention_backend='torch'.") from error
         return TritonAttentionMetadata.build
+    if backend == "cpu":
+        from course_lib.engine.cpu_attention import CpuAttentionMetadata
+        return CpuAttentionMetadata.build
     raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, got {backend!r}.")
 
 
