@@ -1,6 +1,6 @@
 """Is this machine ready for the course? ``./course check`` or ``notebooks/00_setup.ipynb``.
 
-Each check runs the real thing (a Triton kernel, two real ranks) and, when it fails, says how
+Each check runs the real thing (a Triton kernel, the CPU attention kernel, two real ranks) and, when it fails, says how
 to fix it. Only a failure marked ``required`` stops the course; the GPU is optional.
 """
 
@@ -85,6 +85,28 @@ def check_triton() -> CheckResult:
     return CheckResult("Triton", True, f"{version}, {mode}: a test kernel matched its PyTorch reference")
 
 
+def check_cpu_kernel() -> CheckResult:
+    """Builds (once) the engine's C++ decode-attention kernel and runs one step against PyTorch's."""
+    from course_lib.kernels.cpu_paged_attention import kernel_problem
+
+    name = "CPU attention kernel"
+    problem = kernel_problem()
+    if problem is None:
+        import torch
+
+        from course_lib.engine.backend import probe_cpu
+
+        try:
+            probe_cpu(6, 2, 32, 16, torch.float32)
+        except ValueError as error:
+            return CheckResult(name, False, f"built, but {error}", "Report this bug; the engine uses PyTorch "
+                               "attention meanwhile.", required=False)
+        return CheckResult(name, True, "built; a decode step matched the PyTorch backend", required=False)
+    return CheckResult(name, False, f"not built ({problem})", "Optional: without it the engine attends with PyTorch "
+                       "on the CPU (slower decodes). Install a C++ compiler (Debian/Ubuntu: sudo apt install g++), "
+                       "then run ./course check again.", required=False)
+
+
 def check_distributed() -> CheckResult:
     import torch.distributed as dist
 
@@ -131,9 +153,9 @@ def check_widgets() -> CheckResult:
 
 
 # the distributed check runs before the GPU check: forked ranks cannot use CUDA once this process has
-CHECKS: list[Callable[[], CheckResult]] = [check_python, check_torch, check_triton, check_distributed, check_gpu,
-                                           check_widgets]
-NEEDS_TORCH = {check_triton, check_distributed, check_gpu}
+CHECKS: list[Callable[[], CheckResult]] = [check_python, check_torch, check_triton, check_cpu_kernel,
+                                           check_distributed, check_gpu, check_widgets]
+NEEDS_TORCH = {check_triton, check_cpu_kernel, check_distributed, check_gpu}
 
 
 def run_checks() -> list[CheckResult]:
@@ -156,7 +178,7 @@ def as_text(results: list[CheckResult]) -> str:
     lines = []
     for r in results:
         mark = "ok  " if r.ok else ("FAIL" if r.required else "note")
-        lines.append(f"[{mark}] {r.name:18} {r.detail}")
+        lines.append(f"[{mark}] {r.name:20} {r.detail}")
         if not r.ok and r.fix:
             lines.append(f"       fix: {r.fix}")
     ready = all(r.ok for r in results if r.required)

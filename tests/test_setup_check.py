@@ -6,6 +6,7 @@ from course_lib.setup_check import (
     CheckResult,
     as_html,
     as_text,
+    check_cpu_kernel,
     check_distributed,
     check_triton,
     run_checks,
@@ -14,8 +15,8 @@ from course_lib.setup_check import (
 
 def test_every_required_check_passes_on_a_course_machine():
     results = run_checks()
-    assert [r.name for r in results] == ["Python", "PyTorch", "Triton", "torch.distributed", "GPU",
-                                         "JupyterLab widgets"]
+    assert [r.name for r in results] == ["Python", "PyTorch", "Triton", "CPU attention kernel", "torch.distributed",
+                                         "GPU", "JupyterLab widgets"]
     assert all(r.ok for r in results if r.required), as_text(results)
     assert as_text(results).endswith("Ready for the course.")
     gpu = next(r for r in results if r.name == "GPU")
@@ -25,6 +26,17 @@ def test_every_required_check_passes_on_a_course_machine():
 def test_triton_and_ranks_are_really_exercised():
     assert "a test kernel matched its PyTorch reference" in check_triton().detail
     assert "gave [3.0, 3.0]" in check_distributed().detail
+
+
+def test_the_cpu_kernel_check_builds_and_runs_it_or_says_how_to_get_it(monkeypatch):
+    result = check_cpu_kernel()
+    assert result.ok and result.detail == "built; a decode step matched the PyTorch backend" and not result.required
+    from course_lib.kernels import cpu_paged_attention
+
+    monkeypatch.setattr(cpu_paged_attention, "kernel_problem", lambda: "RuntimeError: Ninja is required")
+    result = check_cpu_kernel()
+    assert not result.ok and not result.required and "Ninja is required" in result.detail
+    assert "sudo apt install g++" in result.fix
 
 
 def test_failures_show_their_fix():

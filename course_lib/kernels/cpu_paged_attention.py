@@ -68,17 +68,21 @@ def load_kernel() -> ModuleType:
 
 
 def _load(name: str) -> ModuleType:
+    """Import the built library if a finished build left its stamp; else build (torch's builder
+    locks the folder, so two processes building at once wait for each other), then stamp it."""
     folder = BUILD_ROOT / name
-    built = folder / f"{name}.so"
-    if built.exists():
-        return _import(name, built)
+    stamp = folder / "built"
+    if stamp.exists():
+        return _import(name, folder / f"{name}.so")
     from torch.utils.cpp_extension import load
 
     folder.mkdir(parents=True, exist_ok=True)
     print("Compiling the CPU paged-attention kernel (once per machine, about 30 s)...", file=sys.stderr, flush=True)
     ldflags = ["-fopenmp"] if sys.platform.startswith("linux") else []
-    return load(name, [str(SOURCE)], extra_cflags=_compile_flags(), extra_ldflags=ldflags,
-                build_directory=str(folder), verbose=False)
+    module = load(name, [str(SOURCE)], extra_cflags=_compile_flags(), extra_ldflags=ldflags,
+                  build_directory=str(folder), verbose=False)
+    stamp.touch()
+    return module
 
 
 def kernel_problem() -> str | None:
