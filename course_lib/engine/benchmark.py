@@ -10,6 +10,7 @@ workload: prompts of 32-256 tokens of Python's help text, output lengths drawn f
 exponential distribution (mean 64, capped at 256) with EOS ignored, 32 sequences at a time.
 Prints useful output tokens per second (median over repeats), the engine's ratio to each of the
 others, the engine's bookkeeping share of step time, and whether all four produced the same tokens.
+The engine runs its default attention backend (on a CPU, ``"cpu"``: the C++ decode kernel).
 
 transformers' continuous batching (``ContinuousBatchingManager``, ``attn_implementation="sdpa"``)
 gets the engine's limits: 32 requests and 2,048 tokens per batch, 16-token pages, as many pages
@@ -140,8 +141,9 @@ def main() -> None:
         save_pretrained(model, folder, dtype=torch.float32)
         hf_model = HFLlama.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
     workload = make_workload(args.requests)
-    print(f"{args.requests} requests, {workload.output_tokens} output tokens, {torch.get_num_threads()} threads",
-          flush=True)
+    attention = LLM(model, max_model_len=512, enable_prefix_caching=False).attention_backend
+    print(f"{args.requests} requests, {workload.output_tokens} output tokens, {torch.get_num_threads()} threads, "
+          f"engine attention backend {attention!r}", flush=True)
     runs = {name: [] for name in ("engine, continuous batching", "engine, static batching",
                                   "transformers, continuous batching", "transformers generate, static")}
 
