@@ -33,7 +33,15 @@ def test_the_cpu_kernel_check_builds_and_runs_it_or_says_how_to_get_it(monkeypat
     assert result.ok and result.detail == "built; a decode step matched the PyTorch backend" and not result.required
     from course_lib.kernels import cpu_paged_attention
 
-    monkeypatch.setattr(cpu_paged_attention, "kernel_problem", lambda: "RuntimeError: Ninja is required")
+    from course_lib.engine import backend
+
+    def crash(*args):
+        raise RuntimeError("paged_decode: q must be contiguous")
+
+    monkeypatch.setattr(backend, "probe_cpu", crash)  # a kernel that builds but fails: optional all the same
+    result = check_cpu_kernel()
+    assert not result.ok and not result.required and "RuntimeError: paged_decode" in result.detail
+    monkeypatch.setattr(cpu_paged_attention, "kernel_problem", lambda retry: "RuntimeError: Ninja is required")
     result = check_cpu_kernel()
     assert not result.ok and not result.required and "Ninja is required" in result.detail
     assert "sudo apt install g++" in result.fix

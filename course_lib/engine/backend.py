@@ -2,7 +2,7 @@
 
 ``attention_backend=None`` (the default) means Triton on CUDA, the C++ decode kernel on a CPU
 (``"cpu"``, for float32 and float64 KV caches: ``engine/cpu_attention.py``), and PyTorch elsewhere.
-Before the engine runs a compiled backend, a probe pushes one tiny step (a decode, and a
+Before the engine runs a compiled backend, a probe pushes one tiny step (two decodes, and a
 three-token chunk after cached context) through both it and the PyTorch backend's ``write`` and
 ``attend`` at the model's heads, KV heads, head dim, block size, dtype and device, and compares the
 outputs. For Triton it then checks split-KV decode (forced to two partitions) against its
@@ -131,11 +131,11 @@ def triton_interprets() -> bool:
 
 def _probe_step(build, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
                 device: torch.device, kv_cache_dtype: torch.dtype | None = None):
-    """One tiny step (a decode, and a three-token chunk after cached context) through the PyTorch
+    """One tiny step (two decodes, and a three-token chunk after cached context) through the PyTorch
     backend and the backend whose metadata ``build`` makes: (PyTorch's output, the other's), the
     cache after the other's write, the block tables, the context lengths, the queries and the fp8
     scales (None unless ``kv_cache_dtype`` is fp8)."""
-    query_lens, seq_lens = [1, 3], [block_size + 1, block_size + 3]  # both cross a block boundary
+    query_lens, seq_lens = [1, 1, 3], [block_size + 1, 2, block_size + 3]  # two cross a block boundary
     tables, used = [], 0
     for length in seq_lens:
         count = -(-length // block_size)

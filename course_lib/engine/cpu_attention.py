@@ -50,7 +50,7 @@ class CpuAttentionMetadata:
                kv_scales: tuple[float, float] | None = None) -> torch.Tensor:
         out = paged_attention(q, kv_cache, self.others, scale, kv_scales)
         rows = self.decode_rows
-        if isinstance(rows, slice):  # contiguous rows: the kernel writes straight into ``out``
+        if isinstance(rows, slice) and out[rows].is_contiguous():  # the kernel writes straight into ``out``
             paged_decode_attention_cpu(q[rows], kv_cache[0], kv_cache[1], self.decode_tables, self.decode_lens,
                                        scale, out=out[rows])
         elif rows is not None:

@@ -70,6 +70,13 @@ def test_the_kernel_matches_the_gather_reference(shape, block_size, dtype):
         assert torch.allclose(got, want, atol=tolerance, rtol=tolerance), (seed, (got - want).abs().max())
 
 
+def test_a_query_laid_out_in_another_order_is_accepted():
+    q, *rest = random_case(5, 32, 2, 3, 4, torch.float32)
+    permuted = q.transpose(0, 1).contiguous().transpose(0, 1)  # same values, heads outermost in memory
+    assert not permuted.is_contiguous()
+    assert torch.equal(paged_decode_attention_cpu(permuted, *rest), paged_decode_attention_cpu(q, *rest))
+
+
 def test_it_writes_only_the_rows_it_is_given_and_ignores_table_padding():
     q, k_cache, v_cache, tables, lens, scale = random_case(7, 32, 2, 3, 4, torch.float32)
     out = torch.full((len(q) + 2, *q.shape[1:]), 5.0)
@@ -87,7 +94,8 @@ def test_it_writes_only_the_rows_it_is_given_and_ignores_table_padding():
     (lambda c: (c[0], c[1], c[2], c[3].clone().fill_(40), c[4], c[5]), "outside the cache's 40 blocks"),
     (lambda c: (c[0].half(), c[1].half(), c[2].half(), c[3], c[4], c[5]), "float32 or float64 only"),
     (lambda c: (c[0], c[1], c[2].double(), c[3], c[4], c[5]), "of one dtype"),
-], ids=["empty-context", "length-past-table", "block-out-of-range", "half", "mixed-dtypes"])
+    (lambda c: (c[0], c[1][:, :, :0], c[2][:, :, :0], c[3], c[4], c[5]), "must be positive"),
+], ids=["empty-context", "length-past-table", "block-out-of-range", "half", "mixed-dtypes", "no-kv-heads"])
 def test_bad_inputs_are_refused_not_read_out_of_bounds(change, message):
     case = change(random_case(3, 32, 2, 3, 4, torch.float32))
     with pytest.raises(RuntimeError, match=message):
@@ -138,7 +146,7 @@ def test_the_cpu_default_is_the_kernel_for_float32_and_float64_and_torch_otherwi
 
 
 def test_no_compiler_means_torch_quietly_by_default_and_an_error_by_name(monkeypatch, tiny_model):
-    monkeypatch.setattr(cpu_paged_attention, "kernel_problem", lambda: "RuntimeError: no C++ compiler")
+    monkeypatch.setattr(cpu_paged_attention, "kernel_problem", lambda retry=False: "RuntimeError: no C++ compiler")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert make_llm(tiny_model, dtype=torch.float64).attention_backend == "torch"

@@ -5,12 +5,13 @@
 // head_dim], contiguous; sequence b's token at position p lives in block block_tables[b][p /
 // block_size] at offset p % block_size. Query head h reads KV head h / group (grouped-query
 // attention). One work item is one sequence, all its heads: each cache row (one token, every
-// KV head) is read once, whole, and the sequences are shared out over torch's intra-op threads.
+// KV head) is read once, whole, and the sequences are shared out over torch's intra-op threads
+// (where it is built with OpenMP: on Linux; elsewhere one thread).
 //
 // Per sequence, in the cache's dtype (float32 or float64): scores for every context token, a
-// softmax over them (max subtracted), then the probability-weighted sum of the value rows. The sizes the course's
-// models use are compiled as constants (the loops then unroll and vectorise fully); every
-// other shape runs the same code with the sizes read at run time.
+// softmax over them (max subtracted), then the probability-weighted sum of the value rows. The
+// sizes the course's models use are compiled as constants (the loops then unroll and vectorise
+// fully); every other shape runs the same code with the sizes read at run time.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -18,6 +19,12 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(address) __builtin_prefetch(address)
+#else
+#define PREFETCH(address) ((void)(address))
+#endif
 
 namespace {
 
@@ -40,7 +47,7 @@ void attend_sequence(const T* q, const T* k_cache, const T* v_cache, const int64
     const T* rows = k_cache + table[j] * block;
     if (t + n < length) {  // blocks are scattered: fetch the next one while this one is read
       const char* next = reinterpret_cast<const char*>(k_cache + table[j + 1] * block);
-      for (int64_t byte = 0; byte < block * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(next + byte);
+      for (int64_t byte = 0; byte < block * int64_t(sizeof(T)); byte += 64) PREFETCH(next + byte);
     }
     for (int64_t o = 0; o < n; ++o, ++t) {
       for (int64_t kh = 0; kh < KVH; ++kh) {
@@ -58,8 +65,8 @@ void attend_sequence(const T* q, const T* k_cache, const T* v_cache, const int64
   // Softmax of each head's row of scores.
   for (int64_t h = 0; h < H; ++h) {
     T* s = scores + h * length;
-    T top = -INFINITY;
-    for (int64_t t = 0; t < length; ++t) top = std::max(top, s[t]);
+    T top = s[0];  // length >= 1 (checked)
+    for (int64_t t = 1; t < length; ++t) top = std::max(top, s[t]);
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t t = 0; t < length; ++t) {
@@ -76,7 +83,7 @@ void attend_sequence(const T* q, const T* k_cache, const T* v_cache, const int64
     const T* rows = v_cache + table[j] * block;
     if (t + n < length) {
       const char* next = reinterpret_cast<const char*>(v_cache + table[j + 1] * block);
-      for (int64_t byte = 0; byte < block * int64_t(sizeof(T)); byte += 64) __builtin_prefetch(next + byte);
+      for (int64_t byte = 0; byte < block * int64_t(sizeof(T)); byte += 64) PREFETCH(next + byte);
     }
     for (int64_t o = 0; o < n; ++o, ++t) {
       for (int64_t kh = 0; kh < KVH; ++kh) {
@@ -139,11 +146,14 @@ void paged_decode(torch::Tensor out, torch::Tensor q, torch::Tensor k_cache, tor
                 "paged_decode: out, q, k_cache and v_cache must be contiguous CPU tensors of one dtype");
   }
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64 &&
-                  block_tables.is_contiguous() && seq_lens.is_contiguous() && block_tables.dim() == 2,
-              "paged_decode: block_tables [B, width] and seq_lens [B] must be contiguous int64");
+                  block_tables.is_contiguous() && seq_lens.is_contiguous() && block_tables.dim() == 2 &&
+                  block_tables.device().is_cpu() && seq_lens.device().is_cpu(),
+              "paged_decode: block_tables [B, width] and seq_lens [B] must be contiguous int64 CPU tensors");
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes() && out.sizes() == q.sizes(),
               "paged_decode: q [B, heads, head_dim], k_cache/v_cache [blocks, block_size, kv_heads, head_dim]");
   const int64_t batch = q.size(0), heads = q.size(1), num_blocks = k_cache.size(0), width = block_tables.size(1);
+  TORCH_CHECK(k_cache.size(1) > 0 && k_cache.size(2) > 0 && q.size(2) > 0,
+              "paged_decode: block_size, kv_heads and head_dim must be positive");
   const Shape shape{q.size(2), k_cache.size(2), heads / k_cache.size(2), k_cache.size(1)};
   TORCH_CHECK(k_cache.size(3) == shape.head_dim && heads % shape.kv_heads == 0,
               "paged_decode: head_dim must match and heads must be a multiple of kv_heads");
