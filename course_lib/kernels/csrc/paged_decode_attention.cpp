@@ -32,6 +32,22 @@ struct Shape {
   int64_t head_dim, kv_heads, group, block_size;
 };
 
+// Calls visit(t, row) for each of a sequence's first `length` tokens, in order, a cache block at a
+// time; `row` points at token t's row (every KV head) of `cache`.
+template <typename T, typename Visit>
+inline void for_each_token(const T* cache, const int64_t* table, int64_t length, int64_t block_size,
+                           int64_t block, int64_t row, Visit&& visit) {
+  for (int64_t j = 0, t = 0; t < length; ++j) {
+    const int64_t n = std::min(block_size, length - t);
+    const T* rows = cache + table[j] * block;
+    if (t + n < length) {  // blocks are scattered: fetch the next one while this one is read
+      const char* next = reinterpret_cast<const char*>(cache + table[j + 1] * block);
+      for (int64_t byte = 0; byte < block * int64_t(sizeof(T)); byte += 64) PREFETCH(next + byte);
+    }
+    for (int64_t o = 0; o < n; ++o, ++t) visit(t, rows + o * row);
+  }
+}
+
 // HEAD_DIM, KV_HEADS, GROUP: compile-time sizes, or 0 to read them from `shape`.
 template <typename T, int HEAD_DIM, int KV_HEADS, int GROUP>
 void attend_sequence(const T* q, const T* k_cache, const T* v_cache, const int64_t* table, int64_t length,
@@ -41,27 +57,19 @@ void attend_sequence(const T* q, const T* k_cache, const T* v_cache, const int64
   const int64_t G = GROUP ? GROUP : shape.group;
   const int64_t H = KVH * G, row = KVH * D, block = shape.block_size * row;
 
-  // Pass 1: scores[h][t] = q_h . k_t * scale, a cache block at a time.
-  for (int64_t j = 0, t = 0; t < length; ++j) {
-    const int64_t n = std::min(shape.block_size, length - t);
-    const T* rows = k_cache + table[j] * block;
-    if (t + n < length) {  // blocks are scattered: fetch the next one while this one is read
-      const char* next = reinterpret_cast<const char*>(k_cache + table[j + 1] * block);
-      for (int64_t byte = 0; byte < block * int64_t(sizeof(T)); byte += 64) PREFETCH(next + byte);
-    }
-    for (int64_t o = 0; o < n; ++o, ++t) {
-      for (int64_t kh = 0; kh < KVH; ++kh) {
-        const T* k = rows + o * row + kh * D;
-        for (int64_t g = 0; g < G; ++g) {
-          const T* qh = q + (kh * G + g) * D;
-          T dot = 0;
+  // Pass 1: scores[h][t] = q_h . k_t * scale.
+  for_each_token<T>(k_cache, table, length, shape.block_size, block, row, [&](int64_t t, const T* token) {
+    for (int64_t kh = 0; kh < KVH; ++kh) {
+      const T* k = token + kh * D;
+      for (int64_t g = 0; g < G; ++g) {
+        const T* qh = q + (kh * G + g) * D;
+        T dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int64_t d = 0; d < D; ++d) dot += qh[d] * k[d];
-          scores[(kh * G + g) * length + t] = dot * scale;
-        }
+        for (int64_t d = 0; d < D; ++d) dot += qh[d] * k[d];
+        scores[(kh * G + g) * length + t] = dot * scale;
       }
     }
-  }
+  });
   // Softmax of each head's row of scores.
   for (int64_t h = 0; h < H; ++h) {
     T* s = scores + h * length;
@@ -78,25 +86,17 @@ void attend_sequence(const T* q, const T* k_cache, const T* v_cache, const int64
   }
   // Pass 2: out_h = sum_t p[h][t] * v_t.
   std::fill(acc, acc + H * D, T(0));
-  for (int64_t j = 0, t = 0; t < length; ++j) {
-    const int64_t n = std::min(shape.block_size, length - t);
-    const T* rows = v_cache + table[j] * block;
-    if (t + n < length) {
-      const char* next = reinterpret_cast<const char*>(v_cache + table[j + 1] * block);
-      for (int64_t byte = 0; byte < block * int64_t(sizeof(T)); byte += 64) PREFETCH(next + byte);
-    }
-    for (int64_t o = 0; o < n; ++o, ++t) {
-      for (int64_t kh = 0; kh < KVH; ++kh) {
-        const T* v = rows + o * row + kh * D;
-        for (int64_t g = 0; g < G; ++g) {
-          const T p = scores[(kh * G + g) * length + t];
-          T* a = acc + (kh * G + g) * D;
+  for_each_token<T>(v_cache, table, length, shape.block_size, block, row, [&](int64_t t, const T* token) {
+    for (int64_t kh = 0; kh < KVH; ++kh) {
+      const T* v = token + kh * D;
+      for (int64_t g = 0; g < G; ++g) {
+        const T p = scores[(kh * G + g) * length + t];
+        T* a = acc + (kh * G + g) * D;
 #pragma omp simd
-          for (int64_t d = 0; d < D; ++d) a[d] += p * v[d];
-        }
+        for (int64_t d = 0; d < D; ++d) a[d] += p * v[d];
       }
     }
-  }
+  });
   std::copy(acc, acc + H * D, out);
 }
 
