@@ -21,7 +21,8 @@ searched for scorecards.
 
 SUBMISSIONS is collect's own: it must be empty, missing, or written by collect before (it then holds
 ``.course-collect``), unless ``--force``. Each learner folder is built aside and renamed into place, and
-the folders of an earlier run's learners not in this run are removed, so a rerun on unchanged homes gives
+the folders of an earlier run's learners not in this run are removed (as are ``.collect-*`` folders an
+interrupted run left; the grader skips dot folders), so a rerun on unchanged homes gives
 the same files. Nothing is written outside SUBMISSIONS, and nothing in it is followed either.
 """
 
@@ -134,11 +135,15 @@ def _read_regular(folder: int, entry: os.DirEntry, cap: int) -> bytes:
     return data
 
 
-def _card(folder: int, entry: os.DirEntry, banks: Mapping[str, QuizBank]) -> tuple[str, bytes]:
-    """The quiz and bytes of a scorecard file; or _Refused."""
-    data = _read_regular(folder, entry, MAX_CARD_BYTES)
-    quiz, _ = _scorecard(_parse(data), banks)
-    return quiz, data
+def _card(folder: int, entry: os.DirEntry, shown: str, collected: Collected,
+          banks: Mapping[str, QuizBank]) -> tuple[str, bytes] | None:
+    """The quiz and bytes of a scorecard file; None (the reason recorded) when it is not one of a course quiz."""
+    try:
+        data = _read_regular(folder, entry, MAX_CARD_BYTES)
+        return _scorecard(_parse(data), banks)[0], data
+    except _Refused as refusal:
+        collected.refuse(shown, str(refusal))
+        return None
 
 
 def _flat(path: str) -> str:
@@ -190,13 +195,8 @@ def _exported(folder: int, path: str, depth: int, collected: Collected, banks: M
                     _exported(sub, f"{relative}/", depth + 1, collected, banks, cards)
                 finally:
                     os.close(sub)
-        elif entry.name.endswith(".json"):
-            try:
-                quiz, data = _card(folder, entry, banks)
-            except _Refused as refusal:
-                collected.refuse(f"course/{relative}", str(refusal))
-                continue
-            cards.setdefault(quiz, []).append((relative, data))
+        elif entry.name.endswith(".json") and (found := _card(folder, entry, f"course/{relative}", collected, banks)):
+            cards.setdefault(found[0], []).append((relative, found[1]))
 
 
 def _saved(home: int, collected: Collected, banks: Mapping[str, QuizBank]) -> dict[str, list[tuple[str, bytes]]]:
@@ -218,13 +218,8 @@ def _saved(home: int, collected: Collected, banks: Mapping[str, QuizBank]) -> di
                 continue
             try:
                 for file in _listing(folder, collected, shown):
-                    if file.name.endswith(".json"):
-                        try:
-                            quiz, data = _card(folder, file, banks)
-                        except _Refused as refusal:
-                            collected.refuse(f"{shown}{file.name}", str(refusal))
-                            continue
-                        saved.setdefault(quiz, []).append((_flat(ident.name), data))
+                    if file.name.endswith(".json") and (found := _card(folder, file, shown + file.name, collected, banks)):
+                        saved.setdefault(found[0], []).append((_flat(ident.name), found[1]))
             finally:
                 os.close(folder)
     finally:
