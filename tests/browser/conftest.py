@@ -59,7 +59,7 @@ def api(base: str, path: str, method: str = "GET"):
     return json.loads(body) if body else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -70,7 +70,7 @@ def lab(tmp_path_factory):
     """JupyterLab serving a copy of notebooks/ (so autosave never touches the course), fresh workspace."""
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(REPO_ROOT / "notebooks", root / "notebooks")
-    port = _free_port()
+    port = free_port()
     log = open(root / "lab.log", "w")
     home = root / "home"  # quiz answers and the learner id land here, not in the tester's own home
     home.mkdir()
@@ -117,6 +117,18 @@ def run_all(page) -> None:
         "() => ![...document.querySelectorAll('.jp-InputPrompt')].some(e => e.textContent.includes('*'))",
         timeout=600_000)
     page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')", timeout=120_000)
+
+
+def answer_first_quiz_question(page) -> str:
+    """Pick the first option of the first single-choice question, press Check, return the feedback."""
+    radio = page.locator(".jp-OutputArea .widget-radio-box input[type=radio]").first
+    radio.scroll_into_view_if_needed()
+    radio.check()
+    card = radio.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
+    card.locator("button:has-text('Check')").click()
+    page.wait_for_function(
+        "el => /[✓✗]/.test(el.textContent)", arg=card.element_handle(), timeout=10_000)
+    return card.inner_text()
 
 
 @pytest.fixture

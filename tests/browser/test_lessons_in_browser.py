@@ -12,6 +12,8 @@ import pytest
 
 from course_lib.paths import REPO_ROOT
 
+from .conftest import answer_first_quiz_question
+
 LESSONS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 SCREENSHOTS = REPO_ROOT / "browser-screenshots"
 
@@ -33,18 +35,6 @@ def _move_first_slider(page) -> bool:
     return False
 
 
-def _answer_first_quiz_question(page) -> str:
-    """Pick the first option of the first single-choice question, press Check, return the feedback."""
-    radio = page.locator(".jp-OutputArea .widget-radio-box input[type=radio]").first
-    radio.scroll_into_view_if_needed()
-    radio.check()
-    card = radio.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
-    card.locator("button:has-text('Check')").click()
-    page.wait_for_function(
-        "el => /[✓✗]/.test(el.textContent)", arg=card.element_handle(), timeout=10_000)
-    return card.inner_text()
-
-
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
 def test_lesson_runs_and_responds_in_a_browser(open_lesson, lesson):
     page = open_lesson(lesson.name)
@@ -58,6 +48,6 @@ def test_lesson_runs_and_responds_in_a_browser(open_lesson, lesson):
     if page.locator(".jp-OutputArea .widget-slider .noUi-handle").count():
         assert _move_first_slider(page), f"{lesson.name}: moving the first slider changed nothing"
     if "show_quiz" in source:
-        assert "✓" in _answer_first_quiz_question(page) or "✗" in page.content()
+        assert "✓" in answer_first_quiz_question(page) or "✗" in page.content()
     SCREENSHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{lesson.stem}.png"), full_page=True)

@@ -1,0 +1,1 @@
+"""Tests in a real browser (a package, so its modules share conftest.py's helpers)."""

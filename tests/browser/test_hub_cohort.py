@@ -1,0 +1,186 @@
+"""A cohort end to end: ``deploy/jupyterhub/jupyterhub_config.py`` serving two learners on
+127.0.0.1, each driven through Chromium (log in, open module 01 and run it, answer a quiz
+question, export the scorecard, run a cell of exercise 01, save), then ``./course collect`` and
+``./course grade-cohort`` making a gradebook with both.
+
+The hub runs as it would for a class, except for two test-only settings: the dummy authenticator
+(one shared password for the two listed learners) and the simple spawner (every learner as this
+OS user, homes under a temporary folder). configurable-http-proxy comes from PATH or from
+``.hub/node`` (``./course hub --install-only`` puts it there; ``.ci/run`` runs that).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from course_lib.grading.quizzes import collect_quizzes
+from course_lib.paths import REPO_ROOT
+
+from .conftest import IN_CI, answer_first_quiz_question, free_port, run_all
+
+LEARNERS = ("alice", "bob")
+PASSWORD = "cohort-test-password"
+PROXY = REPO_ROOT / ".hub" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+MODULE = "01_paging"
+
+
+def proxy_problem() -> str | None:
+    if PROXY.exists() or shutil.which("configurable-http-proxy"):
+        return None
+    return "needs configurable-http-proxy (./course hub --install-only installs it from npm)"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """The course's hub on a free port; yields (base URL, learners' homes, state folder)."""
+    problem = proxy_problem()
+    if problem and IN_CI:
+        pytest.fail(f"CI=true but the hub test cannot run: {problem}", pytrace=False)
+    if problem:
+        pytest.skip(problem)
+    root = tmp_path_factory.mktemp("hub")
+    homes, state = root / "homes", root / "state"
+    for name in LEARNERS:  # no "get notified about Jupyter news?" toast over the lessons
+        news = (homes / name / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+                / "notification.jupyterlab-settings")
+        news.parent.mkdir(parents=True)
+        news.write_text('{"fetchNews": "false"}')
+    port = free_port()
+    env = {**os.environ, "COURSE_HUB_AUTH": "dummy", "COURSE_HUB_DUMMY_PASSWORD": PASSWORD,
+           "COURSE_HUB_LEARNERS": ",".join(LEARNERS), "COURSE_HUB_SPAWNER": "simple",
+           "COURSE_HUB_HOMES": str(homes), "COURSE_HUB_STATE": str(state), "COURSE_HUB_PORT": str(port),
+           "COURSE_HUB_GPU": "none"}
+    log = open(root / "hub.log", "w")
+    process = subprocess.Popen([str(Path(sys.executable).parent / "jupyterhub"), "-f",
+                                str(REPO_ROOT / "deploy" / "jupyterhub" / "jupyterhub_config.py")],
+                               cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"{base}/hub/health", timeout=5):
+                    break
+            except OSError:
+                if process.poll() is not None:
+                    break
+                time.sleep(0.5)
+        else:
+            raise RuntimeError(f"the hub did not start; see {root / 'hub.log'}")
+        assert process.poll() is None, (root / "hub.log").read_text()[-3000:]
+        yield base, homes, state
+    finally:
+        process.send_signal(signal.SIGINT)  # the hub stops the learners' servers and the proxy
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def kernel_rss_mib(home: Path) -> float:
+    """Resident memory of the kernels started with ``home`` as HOME (one learner's), in MiB."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            pid = status.parent
+            if b"ipykernel" not in (pid / "cmdline").read_bytes():
+                continue
+            if f"HOME={home}\0".encode() not in (pid / "environ").read_bytes():
+                continue
+            rss = re.search(r"VmRSS:\s+(\d+) kB", status.read_text())
+        except OSError:  # the process ended while we looked
+            continue
+        total += int(rss.group(1)) if rss else 0
+    return total / 1024
+
+
+def work_as(browser, base: str, name: str, homes: Path) -> dict:
+    """One learner's session through Chromium; what it measured."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
+        started = time.monotonic()
+        page.goto(f"{base}/hub/login")
+        page.fill("#username_input", name)
+        page.fill("#password_input", PASSWORD)
+        page.click("#login_submit")
+        page.wait_for_url(re.compile(rf"/user/{name}/lab"), timeout=180_000)  # spawned, at the start page
+        page.wait_for_selector(".jp-NotebookPanel", timeout=120_000)
+        login_s = time.monotonic() - started
+        assert (homes / name / "course" / "notebooks" / f"{MODULE}.ipynb").exists()  # the private copy
+        page.goto(f"{base}/user/{name}/lab/tree/course/notebooks/{MODULE}.ipynb")
+        page.wait_for_selector(".jp-NotebookPanel", timeout=120_000)
+        run_all(page)
+        feedback = answer_first_quiz_question(page)
+        assert "✓" in feedback or "✗" in feedback
+        page.keyboard.press("Escape")  # command mode on the last cell, then a new cell below it
+        page.keyboard.press("b")
+        page.keyboard.press("Enter")
+        page.keyboard.type(f'quiz.scorecard.export("quiz_{MODULE[:2]}.json")')
+        page.keyboard.press("Shift+Enter")
+        exported = homes / name / "course" / "notebooks" / f"quiz_{MODULE[:2]}.json"
+        for _ in range(60):
+            if exported.exists():
+                break
+            page.wait_for_timeout(500)
+        assert exported.exists(), "the scorecard was not exported"
+        rss = kernel_rss_mib(homes / name)
+        page.keyboard.press("Control+s")
+        page.goto(f"{base}/user/{name}/lab/tree/course/exercises/{MODULE}.ipynb")
+        exercise = ".jp-NotebookPanel:visible"  # the module 01 lesson stays open in a hidden tab
+        page.wait_for_selector(f"{exercise} .jp-CodeCell", timeout=120_000)
+        page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')", timeout=120_000)
+        page.locator(f"{exercise} .jp-CodeCell .jp-InputArea-editor").first.click()
+        page.keyboard.press("Shift+Enter")
+        page.wait_for_selector(f"{exercise} .jp-CodeCell .jp-InputPrompt:has-text('[1]')", timeout=120_000)
+        saved = homes / name / "course" / "exercises" / f"{MODULE}.ipynb"
+        for attempt in range(60):  # File > Save, until the file on disk holds the run
+            if attempt % 10 == 0:
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+s")
+            page.wait_for_timeout(500)
+            if '"execution_count": 1' in saved.read_text():
+                break
+        return {"login_and_spawn_s": login_s, "kernel_rss_mib_after_module_01": rss}
+    finally:
+        context.close()
+
+
+def test_a_cohort_logs_in_works_and_is_collected_and_graded(hub, browser, tmp_path):
+    base, homes, state = hub
+    started = time.monotonic()
+    measured = {name: work_as(browser, base, name, homes) for name in LEARNERS}
+    for name in LEARNERS:
+        saved = homes / name / "course" / "exercises" / f"{MODULE}.ipynb"
+        assert '"execution_count": 1' in saved.read_text(), f"{name}'s exercise was not saved after the run"
+        assert 100 < measured[name]["kernel_rss_mib_after_module_01"] < 4096  # the hub's default per-learner limit
+    browser_s = time.monotonic() - started
+    submissions, gradebook = tmp_path / "submissions", tmp_path / "gradebook"
+    collect = subprocess.run([sys.executable, "-m", "course_lib.grading.collect", str(homes), "--out", str(submissions)],
+                             capture_output=True, text=True, timeout=120)
+    assert collect.returncode == 0, collect.stdout + collect.stderr
+    for name in LEARNERS:
+        assert (submissions / name / f"{MODULE}.ipynb").exists(), collect.stdout
+        assert any(submissions.joinpath(name).glob("*.json")), collect.stdout
+    grade = subprocess.run([sys.executable, "-m", "course_lib.grading.cohort", str(submissions), "--out", str(gradebook),
+                            "--exercise", MODULE, "--jobs", "2"], capture_output=True, text=True, timeout=900)
+    assert grade.returncode == 0, grade.stdout + grade.stderr
+    rows = list(csv.DictReader((gradebook / "grades.csv").open()))
+    assert {row["learner"] for row in rows} == set(LEARNERS)
+    assert {row["status"] for row in rows} == {"graded"}  # both notebooks ran in the sandbox
+    summary = (gradebook / "summary.html").read_text()
+    assert all(name in summary for name in LEARNERS)
+    asked = [q for q in collect_quizzes(submissions).misses if q.quiz == MODULE]
+    assert asked and all(q.handed_in == len(LEARNERS) for q in asked)  # both learners' scorecards counted
+    print(f"\nhub cohort: browser sessions {browser_s:.0f} s, then collect and grade; per learner {measured}")
