@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.grading.cohort import MAX_NOTEBOOK_BYTES
-from course_lib.grading.quizzes import (_DIR_FLAGS, _READ_FLAGS, MAX_CARD_BYTES, _file_name, _parse, _reason,
-                                        _Refused, _require_regular, _scorecard, load_banks)
+from course_lib.grading.quizzes import (DIR_FLAGS, MAX_CARD_BYTES, READ_FLAGS, Refused, load_banks, parse_card,
+                                        refusal_reason, require_regular, scorecard_answers, shown_name)
 from course_lib.paths import REPO_ROOT
 from course_lib.quiz.bank import QuizBank
 from course_lib.quiz.learner import ANSWERS_FOLDER
@@ -53,7 +53,7 @@ MAX_ENTRIES = 2000  # names looked at per learner (exercises, scorecard search, 
 MAX_DEPTH = 4  # folder levels below course/ searched for exported scorecards
 MARKER = ".course-collect"  # in SUBMISSIONS: the learner folders collect wrote there, one JSON list
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
-_NOFOLLOW_DIR = _DIR_FLAGS | os.O_NOFOLLOW
+_NOFOLLOW_DIR = DIR_FLAGS | os.O_NOFOLLOW
 _LINK = "a symbolic link; not followed (the learner must replace it with the real file or folder)"
 
 
@@ -72,7 +72,7 @@ class Collected:
     seen: int = 0  # names looked at, against MAX_ENTRIES
 
     def refuse(self, path: str, reason: str) -> None:
-        self.refused.append(f"{_file_name(path)}: {reason}")
+        self.refused.append(f"{shown_name(path)}: {reason}")
 
     def line(self) -> str:
         """The learner's summary line."""
@@ -111,27 +111,27 @@ def _open_folder(parent: int, entry: os.DirEntry, collected: Collected, shown: s
     try:
         return os.open(entry.name, _NOFOLLOW_DIR, dir_fd=parent)
     except OSError as error:  # ELOOP or ENOTDIR: replaced by a link or a file since the listing
-        reason = _LINK if error.errno in (errno.ELOOP, errno.ENOTDIR) else f"could not be read ({_reason(error)})"
+        reason = _LINK if error.errno in (errno.ELOOP, errno.ENOTDIR) else f"could not be read ({refusal_reason(error)})"
         collected.refuse(shown, reason)
         return None
 
 
 def _read_regular(folder: int, entry: os.DirEntry, cap: int) -> bytes:
-    """The bytes of a regular file of the open folder, at most ``cap``; or _Refused. The listing's type
+    """The bytes of a regular file of the open folder, at most ``cap``; or Refused. The listing's type
     is checked before opening (a pipe or device is never opened), the opened descriptor's after."""
     if entry.is_symlink():
-        raise _Refused(_LINK)
+        raise Refused(_LINK)
     if not entry.is_file(follow_symlinks=False):
-        _require_regular(entry.stat(follow_symlinks=False).st_mode)
+        require_regular(entry.stat(follow_symlinks=False).st_mode)
     try:
-        descriptor = os.open(entry.name, _READ_FLAGS, dir_fd=folder)
+        descriptor = os.open(entry.name, READ_FLAGS, dir_fd=folder)
     except OSError as error:
-        raise _Refused(_LINK if error.errno == errno.ELOOP else f"could not be read ({_reason(error)})") from None
+        raise Refused(_LINK if error.errno == errno.ELOOP else f"could not be read ({refusal_reason(error)})") from None
     with os.fdopen(descriptor, "rb") as handle:
-        _require_regular(os.fstat(handle.fileno()).st_mode)
+        require_regular(os.fstat(handle.fileno()).st_mode)
         data = handle.read(cap + 1)
     if len(data) > cap:
-        raise _Refused(f"larger than {cap // 2**20} MiB; not collected")
+        raise Refused(f"larger than {cap // 2**20} MiB; not collected")
     return data
 
 
@@ -140,8 +140,8 @@ def _card(folder: int, entry: os.DirEntry, shown: str, collected: Collected,
     """The quiz and bytes of a scorecard file; None (the reason recorded) when it is not one of a course quiz."""
     try:
         data = _read_regular(folder, entry, MAX_CARD_BYTES)
-        return _scorecard(_parse(data), banks)[0], data
-    except _Refused as refusal:
+        return scorecard_answers(parse_card(data), banks)[0], data
+    except Refused as refusal:
         collected.refuse(shown, str(refusal))
         return None
 
@@ -169,7 +169,7 @@ def _exercises(course: int, collected: Collected, wanted: set[str]) -> None:
             if notebook.name in wanted:
                 try:
                     collected.files[notebook.name] = _read_regular(folder, notebook, MAX_NOTEBOOK_BYTES)
-                except _Refused as refusal:
+                except Refused as refusal:
                     collected.refuse(f"course/exercises/{notebook.name}", str(refusal))
     finally:
         os.close(folder)
@@ -262,7 +262,7 @@ def collect_learner(homes: int, entry: os.DirEntry, banks: Mapping[str, QuizBank
                 for ident, data in found:
                     collected.files[f"{quiz}-2-saved-{ident}.json"] = data
     except OSError as error:
-        collected.refuse(f"{entry.name}/", f"could not be read ({_reason(error)})")
+        collected.refuse(f"{entry.name}/", f"could not be read ({refusal_reason(error)})")
     finally:
         os.close(home)
     return collected
@@ -277,7 +277,7 @@ def collect_homes(hub_homes: Path, expected: list[str] = (), banks: Mapping[str,
     learners: dict[str, Collected] = {}
     notes: list[str] = []
     skipped = 0
-    homes = os.open(hub_homes, _DIR_FLAGS)
+    homes = os.open(hub_homes, DIR_FLAGS)
     try:
         with os.scandir(homes) as entries:
             listed = sorted(entries, key=lambda entry: entry.name)
@@ -285,7 +285,7 @@ def collect_homes(hub_homes: Path, expected: list[str] = (), banks: Mapping[str,
             if entry.name.startswith("."):
                 continue
             if not SAFE_NAME.fullmatch(entry.name):
-                notes.append(f"{_file_name(entry.name)}: not collected: not a safe folder name (letters, digits and "
+                notes.append(f"{shown_name(entry.name)}: not collected: not a safe folder name (letters, digits and "
                              ". _ @ + - only, not starting with . _ @ + -); rename the home folder to collect it")
                 continue
             if not (entry.is_dir(follow_symlinks=False) or entry.is_symlink()):
@@ -319,7 +319,7 @@ def write_submissions(out: Path, learners: list[Collected], force: bool = False)
     folders of an earlier collect's learners not in ``learners``; return lines about what was removed
     or left alone. Raises CollectError when ``out`` holds files collect did not write, unless ``force``."""
     out.mkdir(parents=True, exist_ok=True)
-    root = os.open(out, _DIR_FLAGS)
+    root = os.open(out, DIR_FLAGS)
     try:
         names = set(os.listdir(root))
         earlier: set[str] = set()
@@ -330,10 +330,10 @@ def write_submissions(out: Path, learners: list[Collected], force: bool = False)
                 raise CollectError(f"{out / MARKER} is unreadable ({error}); delete it or use an empty --out") from None
         foreign = sorted(names - earlier - {MARKER} - {n for n in names if n.startswith(".collect-")})
         if foreign and not force:
-            raise CollectError(f"{out} holds files collect did not write ({', '.join(map(_file_name, foreign[:5]))}"
+            raise CollectError(f"{out} holds files collect did not write ({', '.join(map(shown_name, foreign[:5]))}"
                                f"{', ...' if len(foreign) > 5 else ''}); use an empty --out folder, or pass --force "
                                "to write there anyway (those files are left alone)")
-        lines = [f"left alone (not written by collect): {_file_name(name)}" for name in foreign]
+        lines = [f"left alone (not written by collect): {shown_name(name)}" for name in foreign]
         for name in sorted(n for n in names if n.startswith(".collect-")):  # an interrupted run's leftovers
             _remove(root, name)
         written = [c.learner for c in learners]
@@ -350,9 +350,9 @@ def write_submissions(out: Path, learners: list[Collected], force: bool = False)
 
 
 def _read_marker(root: int) -> str:
-    descriptor = os.open(MARKER, _READ_FLAGS, dir_fd=root)
+    descriptor = os.open(MARKER, READ_FLAGS, dir_fd=root)
     with os.fdopen(descriptor, "rb") as handle:
-        _require_regular(os.fstat(handle.fileno()).st_mode)
+        require_regular(os.fstat(handle.fileno()).st_mode)
         return handle.read(MAX_CARD_BYTES).decode("utf-8")
 
 

@@ -38,8 +38,8 @@ MAX_CARDS_PER_LEARNER = 64  # ``*.json`` files read per learner folder (in name 
 MAX_ANSWER_NOTES = 10  # problem lines about single answers, per file; the rest are summed up in one line
 MAX_PROBLEMS_PER_LEARNER = 50  # problem lines per learner; the rest are summed up in one line
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class QuizCollection:
     problems: dict[str, list[str]] = field(default_factory=dict)  # learner folder -> one line per refused file
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A scorecard file that cannot be used; the message is its problem line, without the name."""
 
 
@@ -75,7 +75,7 @@ def collect_quizzes(submissions: Path, banks: Mapping[str, QuizBank] | None = No
     banks = load_banks() if banks is None else dict(banks)
     taken: dict[str, dict[str, dict[str, bool]]] = {}  # quiz -> learner -> question id -> first try right
     problems: dict[str, list[str]] = {}
-    root = os.open(submissions, _DIR_FLAGS)
+    root = os.open(submissions, DIR_FLAGS)
     try:
         with os.scandir(root) as listing:
             names = sorted(entry.name for entry in listing)
@@ -104,33 +104,33 @@ def _collect_learner(root: int, learner: str, banks: Mapping[str, QuizBank],
     try:
         mode = os.stat(learner, dir_fd=root, follow_symlinks=False).st_mode
     except OSError as error:
-        return [f"the learner folder could not be read ({_reason(error)})"]
+        return [f"the learner folder could not be read ({refusal_reason(error)})"]
     if stat.S_ISLNK(mode):
         return ["the learner folder is a symbolic link; it was not followed (hand in a real folder)"]
     if not stat.S_ISDIR(mode):
         return []
     try:
-        folder = os.open(learner, _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0), dir_fd=root)
+        folder = os.open(learner, DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0), dir_fd=root)
     except OSError as error:  # replaced since it was looked at? (Linux: ENOTDIR for a link to a folder)
         if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(root, learner):
             return ["the learner folder is a symbolic link; it was not followed (hand in a real folder)"]
-        return [f"the learner folder could not be read ({_reason(error)})"]
+        return [f"the learner folder could not be read ({refusal_reason(error)})"]
     lines: list[str] = []
     try:
         try:
             with os.scandir(folder) as listing:
                 names = sorted(entry.name for entry in listing if entry.name.endswith(".json"))
         except OSError as error:
-            return [f"the learner folder could not be read ({_reason(error)})"]
+            return [f"the learner folder could not be read ({refusal_reason(error)})"]
         if len(names) > MAX_CARDS_PER_LEARNER:
             lines.append(f"{len(names)} .json files; only the first {MAX_CARDS_PER_LEARNER} by name were read")
             names = names[:MAX_CARDS_PER_LEARNER]
         counted: dict[str, str] = {}  # quiz -> file that counts for it
         for name in names:
-            shown = _file_name(name)
+            shown = shown_name(name)
             try:
-                quiz, answers = _scorecard(_parse(_read(folder, name)), banks)
-            except _Refused as refusal:
+                quiz, answers = scorecard_answers(parse_card(_read(folder, name)), banks)
+            except Refused as refusal:
                 lines.append(f"{shown}: {refusal}")
                 continue
             if quiz in counted:
@@ -154,19 +154,19 @@ def _read(folder: int, name: str) -> bytes:
     try:
         mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
     except OSError as error:
-        raise _Refused(f"could not be read ({_reason(error)})") from None
-    _require_regular(mode)
+        raise Refused(f"could not be read ({refusal_reason(error)})") from None
+    require_regular(mode)
     try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=folder)
+        fd = os.open(name, READ_FLAGS, dir_fd=folder)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise _Refused("a symbolic link; hand in the file itself") from None
-        raise _Refused(f"could not be read ({_reason(error)})") from None
+            raise Refused("a symbolic link; hand in the file itself") from None
+        raise Refused(f"could not be read ({refusal_reason(error)})") from None
     try:
         info = os.fstat(fd)
-        _require_regular(info.st_mode)  # what was opened, in case the name changed since the look
+        require_regular(info.st_mode)  # what was opened, in case the name changed since the look
         if info.st_size > MAX_CARD_BYTES:
-            raise _Refused("larger than 1 MiB")
+            raise Refused("larger than 1 MiB")
         chunks, left = [], MAX_CARD_BYTES + 1
         while left > 0:
             chunk = os.read(fd, left)
@@ -175,12 +175,12 @@ def _read(folder: int, name: str) -> bytes:
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as error:
-        raise _Refused(f"could not be read ({_reason(error)})") from None
+        raise Refused(f"could not be read ({refusal_reason(error)})") from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > MAX_CARD_BYTES:  # it grew after fstat
-        raise _Refused("larger than 1 MiB")
+        raise Refused("larger than 1 MiB")
     return data
 
 
@@ -191,46 +191,46 @@ def _is_link(folder: int, name: str) -> bool:
         return False
 
 
-def _require_regular(mode: int) -> None:
+def require_regular(mode: int) -> None:
     if stat.S_ISLNK(mode):
-        raise _Refused("a symbolic link; hand in the file itself")
+        raise Refused("a symbolic link; hand in the file itself")
     if not stat.S_ISREG(mode):
         kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
                 else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
                 else "not a file")
-        raise _Refused(f"not a regular file ({kind})")
+        raise Refused(f"not a regular file ({kind})")
 
 
-def _parse(data: bytes) -> Any:
+def parse_card(data: bytes) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise _Refused("not UTF-8 text") from None
+        raise Refused("not UTF-8 text") from None
     try:
         return json.loads(text)
     except RecursionError:
-        raise _Refused("nested too deeply") from None
+        raise Refused("nested too deeply") from None
     except json.JSONDecodeError as error:
-        raise _Refused(f"not valid JSON (line {error.lineno}, column {error.colno})") from None
+        raise Refused(f"not valid JSON (line {error.lineno}, column {error.colno})") from None
     except Exception:  # noqa: BLE001 - e.g. a number with too many digits, or no memory left
-        raise _Refused("not valid JSON") from None
+        raise Refused("not valid JSON") from None
 
 
-def _scorecard(card: Any, banks: Mapping[str, QuizBank]) -> tuple[str, list[Any]]:
-    """The quiz name and the answers list of a parsed card, or _Refused."""
+def scorecard_answers(card: Any, banks: Mapping[str, QuizBank]) -> tuple[str, list[Any]]:
+    """The quiz name and the answers list of a parsed card, or Refused."""
     if not isinstance(card, dict):
-        raise _Refused(f"not a scorecard (it is {_kind(card)}, not a JSON object)")
+        raise Refused(f"not a scorecard (it is {_kind(card)}, not a JSON object)")
     if "quiz" not in card:
-        raise _Refused("not a scorecard (no 'quiz' name)")
+        raise Refused("not a scorecard (no 'quiz' name)")
     if not isinstance(card["quiz"], str):
-        raise _Refused(f"not a scorecard ('quiz' is {_kind(card['quiz'])}, not a quiz name)")
+        raise Refused(f"not a scorecard ('quiz' is {_kind(card['quiz'])}, not a quiz name)")
     if "answers" not in card:
-        raise _Refused("not a scorecard (no 'answers' list)")
+        raise Refused("not a scorecard (no 'answers' list)")
     if not isinstance(card["answers"], list):
-        raise _Refused(f"not a scorecard ('answers' is {_kind(card['answers'])}, not a list)")
+        raise Refused(f"not a scorecard ('answers' is {_kind(card['answers'])}, not a list)")
     quiz = PurePath(card["quiz"]).stem
     if quiz not in banks:
-        raise _Refused(f"names quiz {_quoted(quiz)}, which the course does not have")
+        raise Refused(f"names quiz {_quoted(quiz)}, which the course does not have")
     return quiz, card["answers"]
 
 
@@ -328,10 +328,10 @@ def _quoted(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _file_name(name: str) -> str:
+def shown_name(name: str) -> str:
     """A file name for a problem line: as it is when plain, otherwise quoted and escaped."""
     return name if name.isprintable() and len(name) <= 100 else _quoted(name, 100)
 
 
-def _reason(error: OSError) -> str:
+def refusal_reason(error: OSError) -> str:
     return error.strerror or type(error).__name__
