@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import json
 import os
 import re
@@ -128,7 +129,10 @@ def _read_regular(folder: int, entry: os.DirEntry, cap: int) -> bytes:
     except OSError as error:
         raise Refused(_LINK if error.errno == errno.ELOOP else f"could not be read ({refusal_reason(error)})") from None
     with os.fdopen(descriptor, "rb") as handle:
-        require_regular(os.fstat(handle.fileno()).st_mode)
+        info = os.fstat(handle.fileno())
+        require_regular(info.st_mode)
+        if info.st_nlink > 1:  # a hard link may name a file outside the home (O_NOFOLLOW stops only symlinks)
+            raise Refused("a hard link to a file elsewhere; not collected (hand in a copy of the file itself)")
         data = handle.read(cap + 1)
     if len(data) > cap:
         raise Refused(f"larger than {cap // 2**20} MiB; not collected")
@@ -147,8 +151,11 @@ def _card(folder: int, entry: os.DirEntry, shown: str, collected: Collected,
 
 
 def _flat(path: str) -> str:
-    """A relative path as one safe file-name part: ``notebooks/quiz 1.json`` -> ``notebooks__quiz_1``."""
-    return re.sub(r"[^\w.-]", "_", path.removesuffix(".json").replace("/", "__"))[:120]
+    """A relative path as one safe, short file-name part, ASCII only (so never over the file system's
+    255-byte limit, whatever script the learner names folders in) and unique by a hash of the whole
+    path: ``notebooks/quiz 1.json`` -> ``notebooks__quiz_1-<8 hex>``."""
+    readable = re.sub(r"[^A-Za-z0-9.-]", "_", path.removesuffix(".json").replace("/", "__"))[:80]
+    return f"{readable}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
 
 
 def _entry(folder: int, name: str) -> os.DirEntry | None:

@@ -14,7 +14,8 @@ explains the choices; the defaults suit one Linux GPU box run by root.
   COURSE_HUB_STATE                the hub's database, cookie secret and proxy (./.hub)
   COURSE_HUB_AUTH                 native (default) | dummy (tests only) | lti
   COURSE_HUB_ADMINS               comma-separated hub admins (they approve sign-ups)
-  COURSE_HUB_LEARNERS             comma-separated learners allowed in (dummy; optional otherwise)
+  COURSE_HUB_LEARNERS             comma-separated learners allowed in (dummy only: with native sign-up
+                                  a listed name would be approved without an admin)
   COURSE_HUB_SPAWNER              system (default) | systemd | simple
   COURSE_HUB_HOMES                the learners' homes with the simple spawner (STATE/homes)
   COURSE_HUB_MEM_LIMIT            per-learner memory (4G), enforced by the systemd spawner
@@ -24,6 +25,7 @@ explains the choices; the defaults suit one Linux GPU box run by root.
 """
 
 import os
+import pwd
 import shlex
 import sys
 from pathlib import Path
@@ -33,7 +35,11 @@ c = get_config()  # noqa: F821 - JupyterHub provides get_config to its config fi
 COURSE = Path(__file__).resolve().parents[2]  # the course checkout
 VENV_BIN = Path(sys.executable).parent  # the hub runs from the course's virtual environment
 STATE = Path(os.environ.get("COURSE_HUB_STATE", COURSE / ".hub")).resolve()
+# The hub's database holds every account's password hash: nobody but the hub may read it. The
+# umask also keeps each learner's new files private to them.
+os.umask(0o077)
 STATE.mkdir(parents=True, exist_ok=True)
+STATE.chmod(0o700)
 
 
 def names(variable: str) -> set[str]:
@@ -56,6 +62,9 @@ c.JupyterHub.cleanup_servers = True  # stopping the hub stops every learner's se
 # --- Who may log in -------------------------------------------------------------------------
 auth = os.environ.get("COURSE_HUB_AUTH", "native")
 c.Authenticator.admin_users = names("COURSE_HUB_ADMINS")
+# Nobody logs in as a system account (root, www-data, ...): with the system spawner a server runs
+# as the account of the same name, so one careless approval would hand it over.
+c.Authenticator.blocked_users = {entry.pw_name for entry in pwd.getpwall() if entry.pw_uid < 1000}
 if auth == "native":
     # A class with no identity provider: learners sign up at /hub/signup, an admin approves each
     # one at /hub/authorize, and only approved accounts log in.
@@ -71,7 +80,8 @@ elif auth == "dummy":
     c.Authenticator.allowed_users = names("COURSE_HUB_LEARNERS")
 elif auth == "lti":
     # From an LMS (Canvas, Moodle, Blackboard) with LTI 1.3: `pip install jupyterhub-ltiauthenticator`,
-    # register the hub as an LTI tool in the LMS, and give the LMS's endpoints here.
+    # register the hub as an LTI tool in the LMS, and give the LMS's endpoints here. LMS user names
+    # have no OS accounts: use COURSE_HUB_SPAWNER=systemd (dynamic users) with it.
     c.JupyterHub.authenticator_class = "ltiauthenticator.lti13.auth.LTI13Authenticator"
     c.LTI13Authenticator.issuer = os.environ["COURSE_HUB_LTI_ISSUER"]
     c.LTI13Authenticator.client_id = [os.environ["COURSE_HUB_LTI_CLIENT_ID"]]
@@ -80,15 +90,19 @@ elif auth == "lti":
     c.Authenticator.allow_all = True  # whoever the LMS sends
 else:
     raise ValueError(f"COURSE_HUB_AUTH={auth!r}: use native, dummy (tests) or lti.")
-if names("COURSE_HUB_LEARNERS") and auth != "dummy":
-    c.Authenticator.allowed_users = names("COURSE_HUB_LEARNERS")
-    c.Authenticator.allow_all = False
 
 # --- Each learner's server ------------------------------------------------------------------
+idle = int(os.environ.get("COURSE_HUB_CULL_IDLE_S", "3600"))
+# Kernels idle that long are shut down too (each holds a few hundred MB, and a GPU context),
+# even while their notebook's tab stays open; the idle culler at the end stops whole servers.
+server_args = [f"--MappingKernelManager.cull_idle_timeout={idle}", "--MappingKernelManager.cull_interval=300",
+               "--MappingKernelManager.cull_connected=True"]
 spawner = os.environ.get("COURSE_HUB_SPAWNER", "system")
 if spawner == "system":
     # One OS account per learner (create them first: `sudo adduser alice`); the hub runs as root
-    # and starts each server as its learner, so learners cannot read each other's homes.
+    # and starts each server as its learner. Homes must be private (mode 700: Debian's adduser
+    # default; on older Ubuntu set DIR_MODE=0700 in /etc/adduser.conf) for learners not to read
+    # each other's work, and the course checkout readable by all (clone it to /opt/course).
     c.JupyterHub.spawner_class = "localprocess"
 elif spawner == "systemd":
     # `pip install jupyterhub-systemdspawner`: each server in a systemd unit, which enforces the
@@ -103,14 +117,18 @@ elif spawner == "simple":
     homes = Path(os.environ.get("COURSE_HUB_HOMES", STATE / "homes")).resolve()
     c.SimpleLocalProcessSpawner.home_dir_template = str(homes / "{username}")
     if os.geteuid() == 0:  # a container run as root: JupyterLab refuses root unless told
-        c.Spawner.args = ["--allow-root"]
+        server_args.append("--allow-root")
 else:
     raise ValueError(f"COURSE_HUB_SPAWNER={spawner!r}: use system, systemd or simple.")
 
 # The working copy first (as the learner, in their home), then JupyterLab from the shared venv.
-start = (f'{shlex.quote(str(VENV_BIN / "python"))} -m course_lib.workspace --workdir "$HOME/course" '
-         f'&& exec {shlex.quote(str(VENV_BIN / "jupyterhub-singleuser"))} "$@"')
-c.Spawner.cmd = ["bash", "-c", start, "course-singleuser"]  # the spawner's arguments follow as "$@"
+# Python runs isolated (-I: nothing in the learner's home can stand in for the course's code), and
+# a copy that fails (a learner's odd files in the way) is reported without keeping them out.
+start = (f'{shlex.quote(str(VENV_BIN / "python"))} -I -m course_lib.workspace --workdir "$HOME/course" '
+         f'|| echo "course: could not update the working copy in $HOME/course (see above)" >&2; '
+         f'exec {shlex.quote(str(VENV_BIN / "jupyterhub-singleuser"))} "$@"')
+c.Spawner.cmd = ["/bin/bash", "-c", start, "course-singleuser"]  # the spawner's arguments follow as "$@"
+c.Spawner.args = server_args
 c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = "/lab/tree/course/notebooks/00_start_here.ipynb"
 c.Spawner.start_timeout = 120
@@ -121,8 +139,13 @@ c.Spawner.cpu_limit = float(os.environ.get("COURSE_HUB_CPU_LIMIT", "2"))
 environment = {"COURSE_LEARNER": lambda spawner: spawner.user.name}  # names the learner's scorecards
 # How learners share the GPU (deploy/README.md compares the three):
 gpu = os.environ.get("COURSE_HUB_GPU", "shared")
+# On one box these are agreements, not walls: CUDA_VISIBLE_DEVICES is an environment variable a
+# learner can change, and /dev/nvidia* are open to every local user. Only the systemd spawner's
+# isolate_devices (for "none") or Kubernetes' device plugin enforce them.
 if gpu == "none":  # CPU-only learners: the course runs everything on CPUs too
     environment["CUDA_VISIBLE_DEVICES"] = ""
+    if spawner == "systemd":
+        c.SystemdSpawner.isolate_devices = True
 elif gpu != "shared":  # one MIG slice per learner, handed out by user id (stable across restarts)
     slices = [uuid.strip() for uuid in gpu.split(",") if uuid.strip()]
     environment["CUDA_VISIBLE_DEVICES"] = lambda spawner: slices[spawner.user.id % len(slices)]
@@ -133,8 +156,7 @@ c.Spawner.environment = environment
 # --- Stop idle servers ----------------------------------------------------------------------
 c.JupyterHub.services = [{
     "name": "idle-culler",
-    "command": [sys.executable, "-m", "jupyterhub_idle_culler",
-                f"--timeout={int(os.environ.get('COURSE_HUB_CULL_IDLE_S', '3600'))}"],
+    "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={idle}"],
 }]
 c.JupyterHub.load_roles = [{
     "name": "idle-culler",

@@ -122,7 +122,8 @@ def work_as(browser, base: str, name: str, homes: Path) -> dict:
         page.fill("#username_input", name)
         page.fill("#password_input", PASSWORD)
         page.click("#login_submit")
-        page.wait_for_url(re.compile(rf"/user/{name}/lab"), timeout=180_000)  # spawned, at the start page
+        page.wait_for_url(re.compile(rf"/user/{name}/lab/tree/course/notebooks/00_start_here\.ipynb"),
+                          timeout=180_000)  # spawned, at the course's start page in the private copy
         page.wait_for_selector(".jp-NotebookPanel", timeout=120_000)
         login_s = time.monotonic() - started
         assert (homes / name / "course" / "notebooks" / f"{MODULE}.ipynb").exists()  # the private copy
@@ -170,10 +171,19 @@ def work_as(browser, base: str, name: str, homes: Path) -> dict:
         context.close()
 
 
+def checkout_state() -> str:
+    """What git sees in the course checkout, untracked and ignored files included (Python's own
+    bytecode caches aside: any import may refresh them)."""
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--ignored"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    return "\n".join(line for line in status.splitlines() if "__pycache__" not in line)
+
+
 def test_a_cohort_logs_in_works_and_is_collected_and_graded(hub, browser, tmp_path):
     base, homes, state = hub
-    started = time.monotonic()
+    started, before = time.monotonic(), checkout_state()
     measured = {name: work_as(browser, base, name, homes) for name in LEARNERS}
+    assert checkout_state() == before  # learners wrote only into their own homes
     for name in LEARNERS:
         saved = homes / name / "course" / "exercises" / f"{MODULE}.ipynb"
         assert RAN.search(saved.read_text()), f"{name}'s exercise was not saved after the run"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -96,8 +97,9 @@ def test_collect_then_grade_lists_every_learner(homes: Path, tmp_path: Path, cap
                          "carol: submitted nothing", "dave: no home folder: never logged in"]
     assert sorted(os.listdir(out)) == [MARKER, "alice", "bob", "carol", "dave"]
     # the exported 01 card is kept and the auto-saved one dropped; the auto-saved 02 card fills in
-    assert sorted(p.name for p in (out / "alice").glob("*.json")) == ["01_paging-1-notebooks__quiz_01.json",
-                                                                     "02_batching-2-saved-learner-1.json"]
+    cards = sorted(p.name for p in (out / "alice").glob("*.json"))
+    assert len(cards) == 2 and re.fullmatch(r"01_paging-1-notebooks__quiz_01-[0-9a-f]{8}\.json", cards[0])
+    assert re.fullmatch(r"02_batching-2-saved-learner-1-[0-9a-f]{8}\.json", cards[1])
     assert (out / "alice" / PAGING).read_bytes() == (REPO_ROOT / "solutions" / PAGING).read_bytes()
     assert os.listdir(out / "dave") == []
 
@@ -170,6 +172,7 @@ def test_hostile_homes_are_refused_and_reported_never_followed(homes: Path, tmp_
     (homes / "trudy").mkdir()
     os.symlink(alice / "course", homes / "trudy" / "course")
     os.symlink(alice, homes / "linked")
+    os.link(alice / "course" / "exercises" / "05_collectives.ipynb", mallory / "exercises" / "05_collectives.ipynb")
     odd = make_learner(homes, "we ird\n", REPO_ROOT / "solutions" / PAGING)
 
     out = tmp_path / "submissions"
@@ -187,14 +190,29 @@ def test_hostile_homes_are_refused_and_reported_never_followed(homes: Path, tmp_
                     f"course/notebooks/quiz_01.json: {link}", "course/notebooks/big.json: larger than 1 MiB",
                     "course/notebooks/settings.json: not a scorecard (no 'quiz' name)",
                     "course/notebooks/pipe.json: not a regular file (a named pipe)",
-                    f"course/notebooks/alice: {link}", f".course-quizzes/alias/: {link}"):
+                    f"course/notebooks/alice: {link}", f".course-quizzes/alias/: {link}",
+                    "course/exercises/05_collectives.ipynb: a hard link to a file elsewhere"):
         assert refused in line, refused
     assert "'we ird\\n': not collected: not a safe folder name" in "\n".join(lines)
     assert sorted(os.listdir(out)) == [MARKER, "alice", "bob", "carol", "linked", "mallory", "trudy"]
-    assert os.listdir(out / "mallory") == ["04_roofline-2-saved-learner-1.json"]
+    assert [re.sub(r"-[0-9a-f]{8}\.json$", "", name) for name in os.listdir(out / "mallory")] == [
+        "04_roofline-2-saved-learner-1"]
     assert os.listdir(out / "trudy") == [] and os.listdir(out / "linked") == []
     assert not any(p.is_symlink() for p in out.rglob("*"))
     assert odd.exists() and not (out / odd.name).exists()
+
+
+def test_a_scorecard_deep_in_folders_named_in_any_script_is_collected(homes: Path, tmp_path: Path, capsys):
+    """A card's name in SUBMISSIONS stays short and ASCII however long and non-Latin its path is
+    (three bytes per CJK letter would pass the file system's 255-byte limit)."""
+    deep = homes / "bob" / "course" / ("界" * 80) / ("界" * 80)
+    deep.mkdir(parents=True)
+    card = homes / "alice" / "course" / "notebooks" / "quiz_01.json"
+    (deep / "x.json").write_bytes(card.read_bytes())
+    line = next(line for line in run(homes, tmp_path / "out", capsys) if line.startswith("bob:"))
+    assert line == "bob: 1 exercise, 2 scorecards"
+    names = [p.name for p in (tmp_path / "out" / "bob").glob("*.json")]
+    assert all(len(name.encode()) <= 120 and name.isascii() for name in names)
 
 
 def test_too_many_files_are_not_all_looked_at(homes: Path, tmp_path: Path, capsys, monkeypatch):
