@@ -152,9 +152,11 @@ def work_as(browser, base: str, name: str, homes: Path) -> dict:
         assert exported.exists(), "the scorecard was not exported"
         usage = learner_usage(homes / name)
         save(page)
-        page.goto(f"{base}/user/{name}/lab/tree/course/exercises/{MODULE}.ipynb")
-        exercise = ".jp-NotebookPanel:visible"  # the module 01 lesson stays open in a hidden tab
+        # ?reset: a fresh workspace with only the exercise open (the lesson has the same file name)
+        page.goto(f"{base}/user/{name}/lab/tree/course/exercises/{MODULE}.ipynb?reset")
+        exercise = ".jp-NotebookPanel:visible"
         page.wait_for_selector(f"{exercise} .jp-CodeCell", timeout=120_000)
+        page.wait_for_selector(f"{exercise} .jp-Spinner", state="detached", timeout=120_000)  # loaded
         page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')", timeout=120_000)
         ran = f"{exercise} .jp-CodeCell .jp-InputPrompt >> text=/\\[\\d+\\]/"
         for attempt in range(4):  # a Shift+Enter sent while the new kernel still starts can be lost
