@@ -85,6 +85,22 @@ def pad_block_tables(tables: list[list[int]], device, dtype: torch.dtype = torch
     return torch.tensor([t + [0] * (width - len(t)) for t in tables] or [[0]], dtype=dtype, device=device)
 
 
+def query_starts(query_lens: list[int]) -> list[int]:
+    """Where each request's rows start in the flat batch, and the total at the end."""
+    starts = [0]
+    for n in query_lens:
+        starts.append(starts[-1] + n)
+    return starts
+
+
+def row_index(rows: list[int], device) -> slice | torch.Tensor:
+    """``rows`` as an index into the flat batch: a slice when they are one run (as ``prepare``
+    lays decodes out), so selecting them is a view in every layer; else an index tensor."""
+    if rows == list(range(rows[0], rows[0] + len(rows))):
+        return slice(rows[0], rows[-1] + 1)
+    return torch.tensor(rows, device=device)
+
+
 def _additive(allowed: torch.Tensor) -> torch.Tensor:
     """A boolean mask as the float one SDPA adds to the scores (0 or -inf): SDPA would convert a
     boolean mask on every call, that is in every layer; this is once per step."""
@@ -97,9 +113,7 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
     """Index tensors for one step; ``block_tables[r]`` covers ``seq_lens[r]`` tokens. With
     ``with_decodes=False`` decoding requests get no buckets (another kernel attends them)."""
 
-    starts = [0]
-    for n in query_lens:
-        starts.append(starts[-1] + n)
+    starts = query_starts(query_lens)
     decode = sorted((r for r, n in enumerate(query_lens) if n == 1 and with_decodes), key=lambda r: seq_lens[r])
     decodes = []
     for first in range(0, len(decode), DECODE_BUCKET):
@@ -107,10 +121,8 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
         tables = pad_block_tables([block_tables[r] for r in bucket], device)
         lens = torch.tensor([seq_lens[r] for r in bucket], device=device)
         mask = torch.arange(tables.shape[1] * block_size, device=device) < lens[:, None]
-        rows = [starts[r] for r in bucket]
-        consecutive = rows == list(range(rows[0], rows[0] + len(rows)))
-        decodes.append(DecodeBucket(slice(rows[0], rows[-1] + 1) if consecutive else torch.tensor(rows, device=device),
-                                    tables, _additive(mask[:, None, None, :])))
+        decodes.append(DecodeBucket(row_index([starts[r] for r in bucket], device), tables,
+                                    _additive(mask[:, None, None, :])))
     short = sorted((r for r, n in enumerate(query_lens) if 1 < n <= SHORT_QUERY), key=lambda r: seq_lens[r])
     shorts = []
     for first in range(0, len(short), DECODE_BUCKET):

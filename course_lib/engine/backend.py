@@ -89,7 +89,6 @@ def _resolve_cpu(requested: str | None, model: LlamaForCausalLM, block_size: int
     from course_lib.kernels.cpu_paged_attention import kernel_problem
 
     param = next(model.parameters())
-    problem = None
     if param.device.type != "cpu":
         problem = f"the model is on {param.device}, not the CPU"
     elif param.dtype not in CPU_KERNEL_DTYPES or kv_cache_dtype != param.dtype:

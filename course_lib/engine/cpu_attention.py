@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.engine.attention import AttentionMetadata, build_metadata, pad_block_tables, paged_attention
+from course_lib.engine.attention import (AttentionMetadata, build_metadata, pad_block_tables, paged_attention,
+                                         query_starts, row_index)
 from course_lib.kernels.cpu_paged_attention import paged_decode_attention_cpu
 
 
@@ -28,17 +29,9 @@ class CpuAttentionMetadata:
               block_tables: list[list[int]], block_size: int, device) -> "CpuAttentionMetadata":
         others = build_metadata(slot_mapping, query_lens, seq_lens, block_tables, block_size, device,
                                 with_decodes=False)
-        starts = [0]
-        for n in query_lens:
-            starts.append(starts[-1] + n)
+        starts = query_starts(query_lens)
         decode = [r for r, n in enumerate(query_lens) if n == 1]
-        rows = [starts[r] for r in decode]
-        if not rows:
-            decode_rows = None
-        elif rows == list(range(rows[0], rows[0] + len(rows))):  # ``prepare`` puts decodes first
-            decode_rows = slice(rows[0], rows[-1] + 1)
-        else:
-            decode_rows = torch.tensor(rows, device=device)
+        decode_rows = row_index([starts[r] for r in decode], device) if decode else None
         return cls(others, decode_rows, pad_block_tables([block_tables[r] for r in decode], device),
                    torch.tensor([seq_lens[r] for r in decode], dtype=torch.long, device=device))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.engine.attention import pad_block_tables
+from course_lib.engine.attention import pad_block_tables, query_starts
 from course_lib.kernels.cache_write import write_kv_cache
 from course_lib.kernels.paged_attention import (
     paged_decode_attention,
@@ -40,9 +40,7 @@ class TritonAttentionMetadata:
     @classmethod
     def build(cls, slot_mapping: list[int], query_lens: list[int], seq_lens: list[int],
               block_tables: list[list[int]], block_size: int, device) -> "TritonAttentionMetadata":
-        starts = [0]
-        for n in query_lens:
-            starts.append(starts[-1] + n)
+        starts = query_starts(query_lens)
         decode = [r for r, n in enumerate(query_lens) if n == 1]
         prefill = [r for r, n in enumerate(query_lens) if n > 1]
         prefill_starts = [0]

@@ -7,9 +7,9 @@ logged in is reported too. Into ``SUBMISSIONS/<learner>/`` go, as ``./course gra
 
 * ``course/exercises/NAME.ipynb`` for each NAME of the course's ``exercises/`` (other files are ignored);
 * every exported scorecard under ``course/`` (a regular ``*.json`` file that reads as a scorecard of a
-  course quiz), as ``<quiz>-1-<its path, / as __>.json``;
+  course quiz), as ``<quiz>-1-<its path, / as __>-<hash>.json`` (see ``_flat``);
 * for a quiz with no exported scorecard, each auto-saved one (``.course-quizzes/<id>/<quiz>.json``),
-  as ``<quiz>-2-saved-<id>.json``. The grader counts the first card per quiz by name, so an exported
+  as ``<quiz>-2-saved-<id>-<hash>.json``. The grader counts the first card per quiz by name, so an exported
   card always counts before an auto-saved one, and exported cards count in path order.
 
 Everything in a home is the learner's, so it is read as data and never followed: a link (the learner
