@@ -91,7 +91,7 @@ def test_sliders_redraw_in_place():
     widget.bandwidth.value = 50.0
     star = two_shot_crossover_bytes(4, 5e-6, 50e9)
     assert _markers(pane)[f"two-shot overtakes one-shot: {format_bytes(star)}"].x[0] == pytest.approx(star)
-    assert "4 GPUs" in pane.layout.title.text and "50 GB/s" in pane.layout.title.text
+    assert "4 GPUs" in pane.figure.layout.title.text and "50 GB/s" in pane.figure.layout.title.text
     assert widget.pane is pane and widget.verdict is verdict and widget.children[-1] is pane
 
 
@@ -101,9 +101,9 @@ def test_measured_mode_shows_rows_and_disables_the_sliders():
     widget.mode.value = MEASURED_MODE
     assert "No measurements yet" in widget.verdict.value and widget.num_ranks.disabled
     widget.set_measured(fake_rows(256 * KiB), world_size=4)
-    assert "256.0 KiB" in widget.verdict.value and "4 CPU ranks" in pane.layout.title.text
+    assert "256.0 KiB" in widget.verdict.value and "4 CPU ranks" in pane.figure.layout.title.text
     widget.mode.value = "model"
-    assert not widget.num_ranks.disabled and "model" in pane.layout.title.text and widget.pane is pane
+    assert not widget.num_ranks.disabled and "model" in pane.figure.layout.title.text and widget.pane is pane
     widget = AllReduceCrossover(rows=fake_rows(64 * KiB))
     widget.mode.value = MEASURED_MODE
     assert "64.0 KiB" in widget.verdict.value

@@ -32,7 +32,7 @@ def test_metric_switch_redraws_in_place():
     chart = BandwidthChart(_result())
     pane = chart.pane
     chart.metric.value = "time_us"
-    assert chart.pane is pane and pane.layout.yaxis.type == "log" and "µs" in pane.layout.yaxis.title.text
+    assert chart.pane is pane and pane.figure.layout.yaxis.type == "log" and "µs" in pane.figure.layout.yaxis.title.text
     assert list(pane.data[1].y) == [1024 / 2e3, 4096 / 2e3]
 
 

@@ -44,8 +44,8 @@ def test_slider_redraws_the_same_pane():
              {"bucket_cap_mb": 25.0, "num_buckets": 1, "median_step_s": 0.018, "timeline": ONE}]
     explorer = BucketTimelineExplorer(sweep, 0.5)
     pane = explorer.pane
-    assert "2 buckets" in pane.layout.title.text
+    assert "2 buckets" in pane.figure.layout.title.text
     explorer.cap.value = "25 MiB"
-    assert explorer.pane is pane and pane.layout.title.text.endswith(": 1 bucket")
+    assert explorer.pane is pane and pane.figure.layout.title.text.endswith(": 1 bucket")
     assert "one bucket" in explorer.readout.value
     assert "18.0 ms" in explorer.table.value

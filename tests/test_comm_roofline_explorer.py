@@ -54,5 +54,5 @@ def test_layout_chooser_gives_feedback_with_the_models_numbers():
     chooser.layout_choice.value = "TP=8 x DP=2"
     assert "simplest fix" in chooser.feedback.value
     chooser.phase.value = "prefill"
-    assert "prefill<br>the same 4,096 tokens" in chooser.pane.layout.title.text
+    assert "prefill<br>the same 4,096 tokens" in chooser.pane.figure.layout.title.text
     assert [bar.name for bar in chooser.pane.data] == ["compute", "TP all-reduces", "PP activation sends"]

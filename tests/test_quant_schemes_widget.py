@@ -101,7 +101,7 @@ def test_controls_redraw_in_place():
     widget.model.value = "Llama-3.1-8B"
     at = crossover_batch(L8, H100, 128)
     assert _markers(pane)[f"FP8 overtakes W4A16: batch {at}"].x[0] == at
-    assert f"from batch {at}" in verdict.value and "Llama-3.1-8B" in pane.layout.title.text
+    assert f"from batch {at}" in verdict.value and "Llama-3.1-8B" in pane.figure.layout.title.text
     widget.gpu.value = "A100-40GB"
     assert "not supported on A100-40GB" in cards["FP8-W8A8"].value
     assert widget.pane is pane and widget.verdict is verdict and widget.cards == cards

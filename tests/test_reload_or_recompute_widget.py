@@ -128,5 +128,5 @@ def test_controls_redraw_in_place():
     assert widget.tier.layout.display is None and widget.tokens.layout.display is None
     widget.include_attention.value = True
     widget.tokens.value = 131_072
-    assert "131,072 tokens" in readout.value and "A100-80GB" in pane.layout.title.text
+    assert "131,072 tokens" in readout.value and "A100-80GB" in pane.figure.layout.title.text
     assert widget.pane is pane and widget.readout is readout and widget.verdict is verdict

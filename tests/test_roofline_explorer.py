@@ -35,7 +35,7 @@ def test_changing_a_preset_redraws():
     explorer.gpu.value = "L4-24GB"
     assert explorer.readout.value != before and "Ridge point <b>403 FLOP/byte" in explorer.readout.value
     explorer.context.value = 8192
-    assert "8,192 tokens" in explorer.figure.layout.title.text and "L4-24GB" in explorer.figure.layout.title.text
+    assert "8,192 tokens" in explorer.figure.figure.layout.title.text and "L4-24GB" in explorer.figure.figure.layout.title.text
 
 
 def test_your_steps_are_stars_and_the_sliders_move_them():

@@ -22,7 +22,7 @@ def test_the_sweep_explorer_finds_where_speculation_stops_paying():
     explorer = SpeculationSweepExplorer(min_requests=100)
     assert explorer.points[0].speedup > 1 > explorer.points[-1].speedup
     assert "stops paying at about" in explorer.readout.value
-    assert explorer.figure.layout.xaxis.type == "log"
+    assert explorer.figure.figure.layout.xaxis.type == "log"
     explorer.rate.value = 0.95
     assert explorer.points[0].speedup > 2  # nearly every draft accepted, at a memory-bound load
 

@@ -16,6 +16,7 @@ from course_lib.perf.hardware import GPU, GPUS, get_gpu
 from course_lib.perf.models import MODELS, ModelSpec, get_model
 from course_lib.perf.roofline import StepPoint, ridge_point, step_cost
 from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
 
 PROMPT_LENGTHS = (16, 64, 256, 1024, 4096, 16384)
@@ -53,9 +54,8 @@ def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None)
             text=[f"{p.label}<br>{p.time_s * 1e3:.3g} ms{' measured' if p.measured_s is not None else ''}; "
                   f"the roofline says {p.cost.bound}-bound, {p.cost.time_s * 1e3:.3g} ms" for p in mine],
             hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
-    fig.add_vline(x=ridge, line_dash="dash", line_color="grey",
-                  annotation_text=f"ridge {ridge:.0f} FLOP/byte", annotation_position="top left")
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte moved)")
+    mark_x(fig, ridge, f"ridge {ridge:,.0f} FLOP/byte", left=True)
     fig.update_yaxes(type="log", title="achieved FLOP/s")
     fig.update_layout(title=title or f"Roofline of {gpu.name}", height=430, margin=dict(t=60))
     return fig

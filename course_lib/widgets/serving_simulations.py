@@ -15,6 +15,7 @@ from course_lib.engine.simulated_speculation import SimulatedSpeculation
 from course_lib.engine.speculation_sweep import SweepPoint, crossover_qps, speculation_qps_sweep
 from course_lib.perf.models import get_model
 from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
 
 _WIDE = dict(continuous_update=False, style={"description_width": "14em"}, layout=w.Layout(width="500px"))
@@ -88,10 +89,9 @@ def sweep_figure(points: list[SweepPoint], speculation: SimulatedSpeculation,
                     hovertemplate="QPS %{x}: %{y:.2f}x<br>%{text}<extra></extra>")
     fig.add_hline(y=1, line_dash="dash", line_color="grey", annotation_text="no gain")
     crossing = crossover_qps(points)
-    if crossing is not None:
-        fig.add_vline(x=crossing, line_dash="dot", line_color="#d62728",
-                      annotation_text=f"stops paying at about {crossing:.0f} QPS")
     fig.update_xaxes(type="log", title="request rate (requests per second, Poisson arrivals)")
+    if crossing is not None:
+        mark_x(fig, crossing, f"stops paying at about {crossing:.0f} QPS", line_dash="dot", line_color="#d62728")
     fig.update_yaxes(title="TPOT without / with speculation (x)")
     fig.update_layout(title=f"Speculative decoding, {setting}: k = {speculation.num_speculative_tokens}, "
                             f"a = {speculation.acceptance_rate:g}, {drafter}",

@@ -64,12 +64,12 @@ def test_crossover_explorer_redraws_in_place_from_exact_presets():
         assert explorer.alpha_us.value * 1e-6 == pytest.approx(link.alpha_s, rel=1e-12)
         assert explorer.bandwidth.value * 1e9 == pytest.approx(link.bandwidth, rel=1e-12)
         assert explorer.pane is pane and pane in explorer.children  # the same plotly widget, redrawn
-        titles.add(pane.layout.title.text)
+        titles.add(pane.figure.layout.title.text)
     assert len(titles) == len(LINKS) and not plt.get_fignums()  # a new title for each, no pyplot figure
     explorer.link.value = "InfiniBand NDR 400 Gb/s (across nodes)"
-    assert pane.layout.title.text.startswith("All-reduce on 512 ranks: α = 5 µs")
-    assert "µs" in pane.layout.yaxis.title.text and "bytes" in pane.layout.xaxis.title.text
-    assert pane.layout.xaxis.type == pane.layout.yaxis.type == "log"
+    assert pane.figure.layout.title.text.startswith("All-reduce on 512 ranks: α = 5 µs")
+    assert "µs" in pane.figure.layout.yaxis.title.text and "bytes" in pane.figure.layout.xaxis.title.text
+    assert pane.figure.layout.xaxis.type == pane.figure.layout.yaxis.type == "log"
     names = [trace.name for trace in pane.data]
     assert names == ["ring", "binary tree", "double binary tree", "ring overtakes double binary tree: 250.2 MiB",
                      "your message: 4.0 KiB"]  # the verdict's switch, 1 KiB to 4 GiB
