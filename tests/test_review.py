@@ -46,10 +46,24 @@ def test_the_figures_are_the_cost_models_own():
     assert seven["hierarchical_nic_bytes"] < seven["flat_nic_bytes"] and seven["nvlink_bandwidth"] == 9 * seven["nic_bandwidth"]
     size = tp_all_reduce.tp_message_bytes(16, LLAMA_70B.hidden_size)
     assert by["08", "latency"]["one_shot_s"] == tp_all_reduce.one_shot_time(8, size) * 160
+    assert by["08", "latency"]["two_shot_s"] == tp_all_reduce.two_shot_time(8, size) * 160
     assert by["09", "memory bandwidth"]["bf16_gpus"] == quant_cost.min_gpus_for_weights(LLAMA_70B, "BF16", H100) == 2
     offload = by["09", "KV memory"]
     assert offload["reload_s"] == kv_tiers.reload_time(LLAMA_8B, 10_100, kv_tiers.get_tier(kv_tiers.CPU_DRAM))
     assert 0.025 < offload["reload_s"] < 0.03 and 0.3 < offload["recompute_s"] < 0.35  # ~26 ms against ~0.3 s
+
+
+@pytest.mark.parametrize("num_ranks, tokens", [(8, 16), (8, 1), (4, 16), (2, 256)])
+def test_the_tp_row_names_the_models_fastest_all_reduce_and_its_time(num_ranks, tokens):
+    """The row quotes the algorithm ``tp_all_reduce.fastest`` picks at its size, never a fixed one."""
+    row = review.fused_tp(num_ranks, tokens)
+    size = tp_all_reduce.tp_message_bytes(tokens, LLAMA_70B.hidden_size)
+    best = tp_all_reduce.fastest(num_ranks, size)
+    assert row.figures["fastest_s"] == tp_all_reduce.all_reduce_time(best, num_ranks, size) * 160
+    assert row.figures["fastest_s"] == min(row.figures[key] for key in ("ring_s", "one_shot_s", "two_shot_s"))
+    assert f"{row.figures['fastest_s'] * 1e3:,.1f} ms {best} (the fastest at this size" in row.evidence
+    if (num_ranks, tokens) == (8, 16):  # the review's own row: 256 KiB on 8 GPUs goes two-shot, as in lesson 08's table
+        assert best == "two-shot" and row.evidence == review.fused_tp().evidence
 
 
 def test_the_table_links_every_lesson_and_quotes_the_figures():

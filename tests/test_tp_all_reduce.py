@@ -9,7 +9,10 @@ from course_lib.perf.tp_all_reduce import (
     DEFAULT_ALPHA_S,
     DEFAULT_BANDWIDTH,
     all_reduce_time,
+    alpha_for_crossover,
+    crossover_in_tokens,
     fastest,
+    one_shot_max_tokens,
     one_shot_ring_crossover_bytes,
     one_shot_time,
     ring_time,
@@ -17,7 +20,10 @@ from course_lib.perf.tp_all_reduce import (
     tp_message_bytes,
     two_shot_crossover_bytes,
     two_shot_time,
+    vllm_kernel,
+    vllm_two_shot_from,
 )
+from course_lib.perf.units import KiB, format_bytes
 
 ALPHA, B = 5e-6, 400e9
 
@@ -93,3 +99,59 @@ def test_tp_message_bytes_and_count():
         tp_message_bytes(0, 4096)
     with pytest.raises(ValueError):
         tp_all_reduces_per_forward(0)
+
+
+def test_one_shot_max_tokens_is_where_fastest_stops_saying_one_shot():
+    for n in (3, 4, 8, 16):
+        for alpha, bandwidth in ((DEFAULT_ALPHA_S, DEFAULT_BANDWIDTH), (ALPHA, B)):
+            most = one_shot_max_tokens(n, 8192, alpha, bandwidth)
+            per_token = tp_message_bytes(1, 8192)
+            if most:
+                assert fastest(n, most * per_token, alpha, bandwidth) == "one-shot"
+            assert fastest(n, (most + 1) * per_token, alpha, bandwidth) == "two-shot"
+    assert one_shot_max_tokens(8, 8192) == 5 and one_shot_max_tokens(4, 8192) == 18  # K* 83.7 and 293 KiB
+    assert one_shot_max_tokens(2, 8192) is None
+    assert one_shot_max_tokens(8, 8192, alpha_s=1e-8) == 0  # K* below one token's 16 KiB
+
+
+def test_vllm_thresholds_and_the_alpha_that_matches_them():
+    """vLLM's custom all-reduce: one-stage always on 2 GPUs, below 512 KiB up to 4, below 256 KiB up to 8."""
+    assert vllm_kernel(2, 1 << 30) == "one-shot" and vllm_two_shot_from(2) is None
+    assert vllm_kernel(4, 512 * KiB - 1) == "one-shot" and vllm_kernel(4, 512 * KiB) == "two-shot"
+    assert vllm_kernel(8, 256 * KiB - 1) == "one-shot" and vllm_kernel(8, 256 * KiB) == "two-shot"
+    with pytest.raises(ValueError, match="2, 4, 6 or 8 GPUs"):
+        vllm_kernel(16, 1)
+    for n in (4, 6, 8):
+        alpha = alpha_for_crossover(n, vllm_two_shot_from(n))
+        assert two_shot_crossover_bytes(n, alpha) == pytest.approx(vllm_two_shot_from(n))
+    assert alpha_for_crossover(8, 256 * KiB) == pytest.approx(3.06e-6, abs=0.01e-6)  # 3x the preset's 1 us
+    with pytest.raises(ValueError, match="never overtakes"):
+        alpha_for_crossover(2, 256 * KiB)
+
+
+def test_256_kib_on_eight_gpus_has_one_answer():
+    """Lesson 08's table row of 16 tokens, the review's row and vLLM all say two-shot; on 4 GPUs one-shot."""
+    size = tp_message_bytes(16, 8192)
+    assert size == 256 * KiB
+    assert fastest(8, size) == vllm_kernel(8, size) == "two-shot"
+    assert fastest(4, size) == vllm_kernel(4, size) == "one-shot"
+
+
+@pytest.mark.parametrize("n", [2, 4, 6, 8])
+def test_the_crossover_line_quotes_the_model_and_vllm(n):
+    line = crossover_in_tokens(n, 8192)
+    most = one_shot_max_tokens(n, 8192)
+    if most is None:
+        assert "one-shot at every size (two-shot never wins)" in line
+    else:
+        assert f"two-shot from {format_bytes(two_shot_crossover_bytes(n))}" in line
+        assert f"one-shot for 1 to {most} tokens, two-shot from {most + 1}" in line
+    switch = vllm_two_shot_from(n)
+    vllm = line.split("vLLM's custom all-reduce: ")[1]
+    assert vllm == "one-shot at every size" if switch is None else vllm.startswith(
+        f"two-shot from {format_bytes(switch)} ({switch // tp_message_bytes(1, 8192)} tokens)")
+
+
+def test_the_crossover_line_refuses_a_world_size_vllm_has_no_kernel_for():
+    with pytest.raises(ValueError, match="2, 4, 6 or 8"):
+        crossover_in_tokens(3, 8192)

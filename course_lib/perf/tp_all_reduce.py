@@ -31,6 +31,10 @@ real ones on CPU ranks.
 Defaults: the ``NVLINK_4`` preset of ``course_lib.perf.interconnect`` (H100 SXM, 450 GB/s each
 way: NVIDIA's datasheet's 900 GB/s counts both directions; alpha 1 us, a typical order of
 magnitude, not a measurement).
+
+vLLM chooses by measured thresholds instead (``VLLM_ONE_STAGE_BELOW``); ``alpha_for_crossover``
+gives the alpha at which this model would agree with them, and ``crossover_in_tokens`` states
+both, in bytes and in tokens of a model's activations.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from course_lib.checks import require_count, require_positive
 from course_lib.perf.comm import RING, AllReduceCost, crossover_bytes
 from course_lib.perf.comm_roofline import BF16_BYTES
 from course_lib.perf.interconnect import NVLINK_4, get_link
+from course_lib.perf.units import KiB, format_bytes
 
 DEFAULT_LINK = get_link(NVLINK_4)
 """Where the defaults come from: NVLink 4 on H100, alpha 1 us, 450 GB/s per GPU each way."""
@@ -49,6 +54,12 @@ ONE_SHOT = AllReduceCost("one-shot", lambda n: 1, lambda n: n - 1)
 TWO_SHOT = AllReduceCost("two-shot", lambda n: 2, lambda n: 2 * (n - 1) / n)
 TP_ALGORITHMS: dict[str, AllReduceCost] = {cost.name: cost for cost in (ONE_SHOT, TWO_SHOT, RING)}
 """The three contenders by name: "one-shot", "two-shot", "ring" (the ring is perf.comm's)."""
+
+VLLM_ONE_STAGE_BELOW: dict[int, int] = {4: 512 * KiB, 6: 256 * KiB, 8: 256 * KiB}
+"""vLLM's custom all-reduce (``csrc/custom_all_reduce.cuh`` in vllm-project/vllm) on GPUs that are
+all NVLink-connected: its one-stage kernel (one-shot) below these sizes, its two-stage kernel
+(two-shot) from them; on 2 GPUs one-stage at every size. Found by measuring, set per number of
+GPUs only, the same on every GPU generation."""
 
 ALL_REDUCES_PER_LAYER = 2
 """A transformer layer under tensor parallelism all-reduces twice forward: after attention's
@@ -126,3 +137,68 @@ def tp_all_reduces_per_forward(num_layers: int) -> int:
     """All-reduces in one forward pass: ``ALL_REDUCES_PER_LAYER`` (2) per layer."""
     require_count("num_layers", num_layers)
     return ALL_REDUCES_PER_LAYER * num_layers
+
+
+def vllm_two_shot_from(num_ranks: int) -> int | None:
+    """The size from which vLLM's custom all-reduce launches two-shot on ``num_ranks`` (2, 4, 6 or
+    8) fully NVLink-connected GPUs (``VLLM_ONE_STAGE_BELOW``); None on 2 GPUs, where it never does."""
+    if num_ranks == 2:
+        return None
+    if num_ranks not in VLLM_ONE_STAGE_BELOW:
+        raise ValueError(f"vLLM's custom all-reduce runs on 2, 4, 6 or 8 GPUs, not {num_ranks}.")
+    return VLLM_ONE_STAGE_BELOW[num_ranks]
+
+
+def vllm_kernel(num_ranks: int, num_bytes: float) -> str:
+    """"one-shot" or "two-shot": the kernel vLLM's custom all-reduce launches for ``num_bytes`` on
+    ``num_ranks`` fully NVLink-connected GPUs (``vllm_two_shot_from``)."""
+    switch = vllm_two_shot_from(num_ranks)
+    return "one-shot" if switch is None or num_bytes < switch else "two-shot"
+
+
+def alpha_for_crossover(num_ranks: int, crossover_bytes: float, bandwidth: float = DEFAULT_BANDWIDTH) -> float:
+    """The alpha per round that puts K* at ``crossover_bytes``: K* (N-1)(N-2) / (B N), inverting
+    ``two_shot_crossover_bytes``; only for N >= 3, where two-shot can win at all."""
+    if num_ranks < 3:
+        raise ValueError(f"two-shot never overtakes one-shot on {num_ranks} GPUs, so no alpha puts a crossover there.")
+    require_positive("crossover_bytes", crossover_bytes)
+    require_positive("bandwidth", bandwidth)
+    return crossover_bytes * (num_ranks - 1) * (num_ranks - 2) / (bandwidth * num_ranks)
+
+
+def one_shot_max_tokens(num_ranks: int, hidden: int, alpha_s: float = DEFAULT_ALPHA_S,
+                        bandwidth: float = DEFAULT_BANDWIDTH, dtype_bytes: int = BF16_BYTES) -> int | None:
+    """The largest batch, in tokens of ``hidden`` activations, whose all-reduce ``fastest`` gives
+    to one-shot: floor(K* / bytes per token). 0 when even one token goes two-shot; None when
+    one-shot wins at every size (N <= 2)."""
+    star = two_shot_crossover_bytes(num_ranks, alpha_s, bandwidth)
+    return None if star is None else int(star // tp_message_bytes(1, hidden, dtype_bytes))
+
+
+def _tokens(num_bytes: float, per_token: int) -> int:
+    """The fewest tokens whose activations reach ``num_bytes``."""
+    return max(1, -(-int(num_bytes) // per_token))
+
+
+def crossover_in_tokens(num_ranks: int, hidden: int, alpha_s: float = DEFAULT_ALPHA_S,
+                        bandwidth: float = DEFAULT_BANDWIDTH, dtype_bytes: int = BF16_BYTES) -> str:
+    """Two lines: where two-shot overtakes one-shot on ``num_ranks`` GPUs in this model, in bytes
+    and in tokens of ``hidden`` activations; then vLLM's measured switch (``vllm_kernel``) and the
+    alpha that would make this model agree with it."""
+    per_token = tp_message_bytes(1, hidden, dtype_bytes)
+    most = one_shot_max_tokens(num_ranks, hidden, alpha_s, bandwidth, dtype_bytes)
+    if most is None:
+        model = "one-shot at every size (two-shot never wins)"
+    else:
+        star = two_shot_crossover_bytes(num_ranks, alpha_s, bandwidth)
+        model = (f"two-shot from {format_bytes(star)}, so "
+                 + (f"one-shot for 1 to {most} tokens, two-shot from {most + 1}" if most else
+                    "two-shot from a single token"))
+    switch = vllm_two_shot_from(num_ranks)
+    if switch is None:
+        vllm = "one-shot at every size"
+    else:
+        vllm = (f"two-shot from {format_bytes(switch)} ({_tokens(switch, per_token)} tokens), where this "
+                f"model puts it with α = {alpha_for_crossover(num_ranks, switch, bandwidth) * 1e6:.2f} µs "
+                f"instead of {alpha_s * 1e6:g} µs")
+    return f"N={num_ranks}: this model: {model}\n     vLLM's custom all-reduce: {vllm}"
