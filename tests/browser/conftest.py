@@ -119,6 +119,13 @@ def run_all(page) -> None:
     page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')", timeout=120_000)
 
 
+def save(page) -> None:
+    """File > Save Notebook from the menu bar (a menu click is not lost under load as a shortcut can be)."""
+    page.keyboard.press("Escape")
+    page.click("li.lm-MenuBar-item:has-text('File')")
+    page.click("li.lm-Menu-item:has-text('Save Notebook')")
+
+
 def answer_first_quiz_question(page) -> str:
     """Pick the first option of the first single-choice question, press Check, return the feedback."""
     radio = page.locator(".jp-OutputArea .widget-radio-box input[type=radio]").first

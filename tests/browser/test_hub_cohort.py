@@ -27,7 +27,7 @@ import pytest
 from course_lib.grading.quizzes import collect_quizzes
 from course_lib.paths import REPO_ROOT
 
-from .conftest import IN_CI, answer_first_quiz_question, free_port, run_all, sync_api
+from .conftest import IN_CI, answer_first_quiz_question, free_port, run_all, save, sync_api
 
 LEARNERS = ("alice", "bob")
 PASSWORD = "cohort-test-password"
@@ -110,13 +110,6 @@ def learner_usage(home: Path) -> dict:
         elif b"jupyterhub-singleuser" in command:
             usage["server_rss_mib"] += rss
     return usage
-
-
-def save(page) -> None:
-    """File > Save Notebook from the menu bar (a menu click is not lost under load as a shortcut can be)."""
-    page.keyboard.press("Escape")
-    page.click("li.lm-MenuBar-item:has-text('File')")
-    page.click("li.lm-Menu-item:has-text('Save Notebook')")
 
 
 def work_as(browser, base: str, name: str, homes: Path) -> dict:

@@ -1,8 +1,11 @@
 """Every lesson in a real browser: JupyterLab on 127.0.0.1, headless Chromium through Playwright.
 
 For each notebook: open it, run all cells, and check that no cell raised, that widgets
-rendered, that moving a slider changes what is shown, and that answering a quiz question
-gives feedback. A screenshot of each notebook lands in ``browser-screenshots/``.
+rendered, that every plotly figure is drawn with data on axes that span that data (the
+figures listed in ``PLOTLY_FIGURES``, no more and no fewer), that moving a slider changes what
+is shown, and that answering a quiz question gives feedback. Then save, reload the page with
+the kernel still running, as a learner pressing F5 does, and check that every figure and
+widget picture comes back. A screenshot of each notebook lands in ``browser-screenshots/``.
 Run just these with ``./course test tests/browser``; the fixtures are in ``conftest.py``.
 """
 
@@ -12,10 +15,18 @@ import pytest
 
 from course_lib.paths import REPO_ROOT
 
-from .conftest import answer_first_quiz_question
+from .conftest import answer_first_quiz_question, save
+from .plotly_checks import FIGURES_ON_PAGE, figure_problems
 
 LESSONS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 SCREENSHOTS = REPO_ROOT / "browser-screenshots"
+
+PLOTLY_FIGURES = {  # lesson: how many plotly figures it shows after Run All (a figure that never draws is missed)
+    "00_setup": 0, "00_start_here": 0, "01_paging": 0, "02_batching": 1, "03_scheduler": 3, "04_roofline": 4,
+    "05_collectives": 0, "06_ring_vs_tree": 1, "07_nccl_topology": 5, "08_fused_tp": 3, "09_serving_tradeoffs": 2,
+    "10_review": 0,
+}
+WIDGET_PICTURES = ".jp-OutputArea .jupyter-widgets img"
 
 
 def _outputs_text(page) -> str:
@@ -35,6 +46,36 @@ def _move_first_slider(page) -> bool:
     return False
 
 
+def _figures_once_drawn(page, expected: int, seconds: float = 60) -> list[dict]:
+    """The page's plotly figures, once ``expected`` of them are drawn with data (or after ``seconds``:
+    a figure may still be drawing when the kernel goes idle, and more so on a loaded machine)."""
+    figures = []
+    for _ in range(int(seconds * 2)):
+        figures = page.evaluate(FIGURES_ON_PAGE)
+        if len(figures) >= expected and all(f.get("drawn") and f["tracesWithPoints"] and f["marks"] for f in figures):
+            break
+        page.wait_for_timeout(500)
+    return figures
+
+
+def _check_figures(lesson: str, figures: list[dict], when: str) -> None:
+    expected = PLOTLY_FIGURES[lesson]
+    titles = [f.get("title", "")[:60] for f in figures]
+    assert len(figures) == expected, f"{lesson} {when}: {len(figures)} plotly figures, expected {expected}: {titles}"
+    problems = [problem for figure in figures for problem in figure_problems(figure)]
+    assert not problems, f"{lesson} {when}: " + "; ".join(problems)
+
+
+def _reload_with_live_kernel(page) -> None:
+    """Save (so the reloaded page holds this run's outputs), reload, wait for the kernel to reconnect."""
+    save(page)
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=60_000)
+    page.on("dialog", lambda dialog: dialog.accept())  # a "leave this page?" prompt, if one comes
+    page.reload()
+    page.wait_for_selector(".jp-NotebookPanel", timeout=120_000)
+    page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')", timeout=120_000)
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
 def test_lesson_runs_and_responds_in_a_browser(open_lesson, lesson):
     page = open_lesson(lesson.name)
@@ -45,9 +86,17 @@ def test_lesson_runs_and_responds_in_a_browser(open_lesson, lesson):
     source = lesson.read_text(encoding="utf-8")
     if "course_lib.widgets" in source or "import ipywidgets" in source:
         assert page.locator(".jp-OutputArea .jupyter-widgets").count() > 0, f"{lesson.name}: no widget rendered"
+    _check_figures(lesson.stem, _figures_once_drawn(page, PLOTLY_FIGURES[lesson.stem]), "after Run All")
     if page.locator(".jp-OutputArea .widget-slider .noUi-handle").count():
         assert _move_first_slider(page), f"{lesson.name}: moving the first slider changed nothing"
     if "show_quiz" in source:
         assert "✓" in answer_first_quiz_question(page) or "✗" in page.content()
     SCREENSHOTS.mkdir(exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{lesson.stem}.png"), full_page=True)
+
+    pictures = page.locator(WIDGET_PICTURES).count()
+    _reload_with_live_kernel(page)
+    _check_figures(lesson.stem, _figures_once_drawn(page, PLOTLY_FIGURES[lesson.stem]), "after a page reload")
+    page.wait_for_function(f"n => document.querySelectorAll('{WIDGET_PICTURES}').length >= n", arg=pictures,
+                           timeout=60_000)
+    page.screenshot(path=str(SCREENSHOTS / f"{lesson.stem}-reloaded.png"), full_page=True)
