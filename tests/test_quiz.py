@@ -22,7 +22,7 @@ SAMPLE = {
         {"id": "many", "kind": "multi", "prompt": "Pick A and C.", "options": [
             {"text": "A", "correct": True, "why": "A yes."}, {"text": "B", "why": "B no."},
             {"text": "C", "correct": True, "why": "C yes."}]},
-        {"id": "num", "kind": "numeric", "prompt": "KV bytes?", "answer": 131072, "tolerance": 0.01,
+        {"id": "num", "kind": "numeric", "prompt": "KV bytes?", "answer": 131072, "tolerance": {"percent": 1},
          "unit": "bytes", "explanation": "2 x 32 x 8 x 128 x 2."},
         {"id": "match", "kind": "matching", "prompt": "Match.", "pairs": [
             {"left": "Page", "right": "Block"}, {"left": "Page table", "right": "Block table"}]},
@@ -291,7 +291,18 @@ def test_show_quiz_finds_a_bank_by_name_and_picks_up_earlier_tries(home):
         (lambda d: d["questions"][0]["options"][0].update(correct=True), "exactly one option"),
         (lambda d: d["questions"][1]["options"][0].pop("why"), "question 'many', option 1: missing field 'why'"),
         (lambda d: d["questions"][2].update(answer="lots"), "question 'num': field 'answer' must be a number"),
-        (lambda d: d["questions"][2].update(tolerance=3), "tolerance is relative"),
+        (lambda d: d["questions"][2].update(tolerance=0.5),
+         "question 'num': `tolerance: 0.5` does not say whether it is absolute or relative (read as a fraction, "
+         "it meant ±50 % = ±65536 bytes); write `tolerance: {absolute: X}` (within X bytes"),
+        (lambda d: d["questions"][2].pop("tolerance"), "question 'num': missing field 'tolerance'; write"),
+        (lambda d: d["questions"][2].update(tolerance={"relative": 0.01}),
+         "question 'num': tolerance must be a mapping with one key, 'absolute' or 'percent'"),
+        (lambda d: d["questions"][2].update(tolerance={"percent": 150}), "tolerance percent must be below 100"),
+        (lambda d: d["questions"][2].update(tolerance={"absolute": -1}), "tolerance absolute must be a number of at least 0"),
+        (lambda d: d["questions"][2].update(wrong=[{"value": 131000, "why": "Rounded."}]),
+         "question 'num', wrong value 1: 131000 bytes is accepted as the answer 131072 bytes (within 1 % of the "
+         "answer): narrow the tolerance or drop this value"),
+        (lambda d: d["questions"][2].update(wrong=[{"value": 65536}]), "question 'num', wrong value 1: missing field 'why'"),
         (lambda d: d["questions"][3].update(pairs=[{"left": "x", "right": "y"}]), "at least two pairs"),
         (lambda d: d["questions"][3]["pairs"][0].update({"more text": None}),
          "question 'match', pair 1: unexpected field 'more text'.*quote a text that holds a comma"),
@@ -303,7 +314,7 @@ def test_show_quiz_finds_a_bank_by_name_and_picks_up_earlier_tries(home):
 def test_malformed_banks_name_file_and_question(mutate, message):
     data = yaml.safe_load(yaml.safe_dump(SAMPLE))
     mutate(data)
-    with pytest.raises(QuizFileError, match=message.replace("(", r"\(")):
+    with pytest.raises(QuizFileError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_bank(data, "sample.yaml")
 
 

@@ -11,7 +11,7 @@ from course_lib.widgets.quiz import QuizWidget, show_quiz
 BANK = parse_bank({"title": "Two", "questions": [
     {"id": "a", "kind": "single", "prompt": "Pick B.", "options": [
         {"text": "A", "why": "No."}, {"text": "B", "correct": True, "why": "Yes."}]},
-    {"id": "n", "kind": "numeric", "prompt": "How many?", "answer": 2, "tolerance": 0, "unit": "GPUs",
+    {"id": "n", "kind": "numeric", "prompt": "How many?", "answer": 2, "tolerance": {"absolute": 0}, "unit": "GPUs",
      "explanation": "Two."},
 ]}, "two.yaml")
 

@@ -9,9 +9,22 @@ A bank file looks like::
         prompt: What does PagedAttention improve?
         options:
           - {text: ..., correct: true, why: ...}
+      - id: busbw
+        kind: numeric
+        prompt: ...
+        answer: 175
+        unit: GB/s
+        tolerance: {percent: 1}      # or {absolute: 0.5}, in the unit; a bare number is refused
+        wrong:                       # classic wrong values, each with what to tell the learner
+          - {value: 100, why: That is the algbw ...}
 
 Each kind's fields are listed on its class in questions.py. Any mistake raises QuizFileError naming
-the file and the question.
+the file and the question. ``tests/test_quiz_bank_lint.py`` checks what loading cannot: no cue in
+the options' lengths or places, and every numeric question probed with its classic wrong values.
+
+Scorecards store answers as option indices in the bank's order. So once a bank is in learners'
+hands, an option keeps its place and its meaning (rewording it is fine); reordering a question's
+options, or changing which are right, makes it a new question with a new id.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 single:        options (text, correct, why), exactly one correct; answer = option index
 multi:         options, one or more correct; answer = set of option indices
-numeric:       answer, tolerance (relative), unit; answer = a number
+numeric:       answer, unit, tolerance (absolute or percent), wrong values; answer = a number
 matching:      pairs (left, right); answer = {left: right}
 spot_the_bug:  code, bug_line (1-based), line_hints; answer = a line number
 
@@ -11,9 +11,10 @@ in the shuffled order a learner is shown (``option_order``, ``choice_order``; se
 
 Feedback never gives the right answer away on a wrong try (``Question.check``): it speaks only of
 what the learner gave (the picked option's ``why``; which multi-select picks are wrong and that
-some right ones are missing; how many pairs match; too high or too low; why a clicked line is
-fine). The right answer, its reasons and the explanation come with a right answer, or when the
-caller asks to ``reveal`` them (the scorecard does after a few wrong tries).
+some right ones are missing; how many pairs match; for a number, the ``why`` of the classic wrong
+value it is near, the unit it looks like it was given in, or else too high or too low; why a
+clicked line is fine). The right answer, its reasons and the explanation come with a right
+answer, or when the caller asks to ``reveal`` them (the scorecard does after a few wrong tries).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, ClassVar
 
 from course_lib.quiz.fields import Fields
 from course_lib.quiz.order import display_order
+from course_lib.quiz.tolerance import Tolerance, how_to_write, parse_tolerance
+from course_lib.quiz.unit_slips import unit_slip
 
 
 @dataclass(frozen=True)
@@ -182,31 +185,58 @@ class MultiSelect(_ChoiceQuestion):
 
 
 @dataclass(frozen=True)
+class WrongValue:
+    """A classic wrong answer to a numeric question, and what to tell a learner who gives it."""
+
+    value: float
+    why: str
+
+
+@dataclass(frozen=True)
 class Numeric(Question):
-    """``answer`` (a number), ``tolerance`` (relative, default 0.01) and ``unit``."""
+    """``answer`` (a number), ``unit``, ``tolerance`` (``{absolute: X}`` in the unit, or
+    ``{percent: X}`` of the answer; see tolerance.py) and ``wrong``, the classic wrong values
+    (each ``{value, why}``). Invariant: no wrong value is accepted as the answer. A value given
+    near a wrong one (within the same tolerance) hears its ``why``; one off by a unit factor
+    hears so (unit_slips.py); any other, whether it is too high or too low."""
 
     answer: float
-    tolerance: float
+    tolerance: Tolerance
     unit: str
+    wrong: tuple[WrongValue, ...]
     kind: ClassVar[str] = "numeric"
 
     @classmethod
     def parse(cls, fields: Fields, **common: str) -> "Numeric":
-        tolerance = float(fields.get("tolerance", (int, float), 0.01))
-        if not 0 <= tolerance < 1:
-            raise fields.fail(f"tolerance is relative and must be in [0, 1), got {tolerance}.")
-        return cls(
-            answer=float(fields.get("answer", (int, float))),
-            tolerance=tolerance,
-            unit=fields.get("unit", str),
-            **common,
-        )
+        answer = float(fields.get("answer", (int, float)))
+        unit = fields.get("unit", str)
+        if "tolerance" not in fields.data:
+            raise fields.fail(f"missing field 'tolerance'; {how_to_write(unit)}.")
+        tolerance = parse_tolerance(fields.data["tolerance"], answer, unit)
+        if isinstance(tolerance, str):
+            raise fields.fail(tolerance)
+        wrong = []
+        for i, item in enumerate(fields.get("wrong", list, [])):
+            entry = Fields(item if isinstance(item, dict) else {}, f"{fields.where}, wrong value {i + 1}")
+            value = float(entry.get("value", (int, float)))
+            if tolerance.accepts(value, answer):
+                raise entry.fail(f"{value:g} {unit} is accepted as the answer {answer:g} {unit} "
+                                 f"({tolerance.describe(unit)}): narrow the tolerance or drop this value.")
+            wrong.append(WrongValue(value, entry.get("why", str)))
+        return cls(answer=answer, tolerance=tolerance, unit=unit, wrong=tuple(wrong), **common)
 
     def _judge(self, answer: float) -> tuple[bool, str]:
         value = float(answer)
-        if abs(value - self.answer) <= self.tolerance * abs(self.answer):
-            return True, f"You gave {value:g} {self.unit}; the answer is {self.solution_text()}."
-        return False, f"You gave {value:g} {self.unit}, which is too {'high' if value > self.answer else 'low'}."
+        given = f"You gave {value:g} {self.unit}"
+        if self.tolerance.accepts(value, self.answer):
+            return True, f"{given}; the answer is {self.solution_text()}."
+        near = [w for w in self.wrong if self.tolerance.accepts(value, w.value)]
+        if near:
+            return False, f"{given}: {min(near, key=lambda w: abs(value - w.value)).why}"
+        slip = unit_slip(value, self.answer, self.unit, self.tolerance.accepts)
+        if slip:
+            return False, f"{given}, {slip}"
+        return False, f"{given}, which is too {'high' if value > self.answer else 'low'}."
 
     def solution_text(self) -> str:
         return f"{self.answer:g} {self.unit}"

@@ -11,7 +11,8 @@ left without one; neither changes the score, which the first try has already fix
 
 A scorecard given a ``path`` starts from the tries saved there and saves after every answer, so
 running the quiz cell again, or coming back another day, continues the same record instead of
-offering a fresh first try.
+offering a fresh first try. Saved tries are judged again by the bank on loading, so a question
+fixed since (a tolerance that accepted a wrong value) scores as the gradebook scores it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from course_lib.quiz.bank import QuizBank
-from course_lib.quiz.questions import Feedback
+from course_lib.quiz.questions import Feedback, Question
 
 REVEAL_AFTER = 3  # wrong tries after which feedback shows the full answer
 
@@ -82,6 +83,15 @@ def first_try_correct(entry: dict[str, Any]) -> bool:
     if "first_correct" in entry:
         return bool(entry["first_correct"])
     return bool(entry["correct"]) and entry.get("attempts", 1) == 1
+
+
+def _judged_again(question: Question, answer: Any) -> bool:
+    """Whether a saved ``answer`` (as JSON holds it: a multi-select one as a list) is right by
+    ``question`` now; one it cannot judge (the bank changed its options) counts as wrong."""
+    try:
+        return question.check(answer).correct
+    except (ValueError, TypeError, KeyError):
+        return False
 
 
 class Scorecard:
@@ -172,15 +182,19 @@ class Scorecard:
             self.path = None
 
     def _load(self) -> None:
+        """Read the saved tries, each judged again by the bank as it is now (a saved verdict is
+        ignored, as the gradebook ignores it), so a fixed question scores the same in both."""
         known = {q.id for q in self.bank.questions}
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if (data["quiz"], data["learner"]) != (self.bank.source, self.learner):
                 raise ValueError(f"it holds {data['quiz']} for {data['learner']!r}")
             for entry in data["answers"]:
-                tries = [Try(t["answer"], bool(t["correct"])) for t in entry["tries"]]
-                if entry["question_id"] in known and tries:
-                    self.records[entry["question_id"]] = AnswerRecord(entry["question_id"], tries)
+                question_id = entry["question_id"]
+                if question_id in known and entry["tries"]:
+                    question = self.bank.question(question_id)
+                    tries = [Try(t["answer"], _judged_again(question, t["answer"])) for t in entry["tries"]]
+                    self.records[question_id] = AnswerRecord(question_id, tries)
         except (OSError, ValueError, KeyError, TypeError) as error:
             warnings.warn(f"Could not read saved quiz answers from {self.path} ({error}); starting afresh, "
                           "and the file will be replaced at your next answer.", stacklevel=3)
