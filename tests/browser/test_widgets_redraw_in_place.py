@@ -5,7 +5,8 @@ a figure shown through an Output widget could then land in JupyterLab's log cons
 at all. The widgets' pictures are PNG images set as widget state (``FigurePane``): choosing a
 preset must swap the image inside the widget, and the log console (which shows, at its default
 "warning" level, the outputs that no cell took) must stay empty. Plotly figures are widget state
-too (``PlotlyPane``, a FigureWidget): the same must hold for them.
+too (``PlotlyPane``, an Output widget whose outputs are set, never captured): the same must hold
+for them.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def test_a_preset_redraws_its_widget_in_place_after_run_all(open_lesson, lesson,
 @pytest.mark.parametrize("lesson, label, before, choice, after", PLOTLY_PRESETS,
                          ids=[p[0].removesuffix(".ipynb") for p in PLOTLY_PRESETS])
 def test_a_plotly_figure_redraws_inside_its_widget_after_run_all(open_lesson, lesson, label, before, choice, after):
-    """Module 04's roofline explorer and module 06's crossover explorer draw with plotly's
-    FigureWidget: choosing a preset must redraw the same plot (its title follows the choice),
+    """Module 04's roofline explorer and module 06's crossover explorer draw through ``PlotlyPane``:
+    choosing a preset must redraw the same plot (its title follows the choice),
     add no second plot, and send nothing astray."""
     page = open_lesson(lesson)
     dropdown = f".widget-dropdown:has(> label:text-is('{label}'))"
@@ -68,8 +69,9 @@ def test_a_plotly_figure_redraws_inside_its_widget_after_run_all(open_lesson, le
     assert plot.count() == 1, f"{lesson}: the widget should hold one plotly figure"
     assert before in plot.locator(".gtitle").text_content()
     output.locator(f"{dropdown} select").first.select_option(label=choice)
-    page.wait_for_function("([el, text]) => el.textContent.includes(text)",
-                           arg=[plot.locator(".gtitle").element_handle(), after], timeout=20_000)
+    page.wait_for_function(  # the pane replaces its plot: look it up again each time
+        "([el, text]) => { const title = el.querySelector('.js-plotly-plot .gtitle');"
+        " return title && title.textContent.includes(text); }", arg=[output.element_handle(), after], timeout=20_000)
     page.wait_for_timeout(1500)
     assert plot.count() == 1, f"{lesson}: the redraw was added beside the old figure"
     strays = _log_console_entries(page)
