@@ -3,26 +3,33 @@
 import pytest
 
 from course_lib.perf.hardware import get_gpu
-from course_lib.perf.interconnect import INFINIBAND_NDR, LINKS, NVLINK_4
+from course_lib.perf.interconnect import INFINIBAND_NDR
 from course_lib.perf.kv import dtype_bytes
 from course_lib.perf.models import DEEPSEEK_V3, get_model
 from course_lib.perf.moe_serving import (
     COMPONENTS,
+    DEFAULT_GPU,
+    LAYOUT_SIZES,
     PRESETS,
     RECOMMENDED,
-    SERVING_CHECKLIST,
     WATCH,
     Cluster,
     Layout,
     LayoutError,
+    check_layout,
     kv_summary,
+    lightest_plan,
     memory_per_gpu,
     memory_rows,
+    model_summary,
+    one_node_verdict,
     parameter_breakdown,
     plan_moe_serving,
+    serving_checklist,
     weight_bytes_per_param,
 )
 from course_lib.perf.units import GiB
+from course_lib.quiz.bank import load_bank
 
 TWO_H200 = Cluster(2, 8, get_gpu("H200-141GB"))
 
@@ -36,7 +43,8 @@ def test_parameter_counts_from_the_config_add_up_to_671b_and_37b():
     assert p.embeddings == 2 * 129280 * 7168  # untied embedding and LM head
     assert p.router == 58 * 7168 * 256
     assert p.total == pytest.approx(671e9, rel=0.01)
-    assert p.active == pytest.approx(37e9, rel=0.03)
+    # DeepSeek's README_WEIGHTS: 36.6B activated (the paper: 37B), the 0.9B output head in, the input lookup out
+    assert p.active == pytest.approx(36.6e9, rel=0.005)
     assert p.routed_experts / p.total == pytest.approx(0.974, abs=0.002)  # why EP decides the memory
 
 
@@ -125,7 +133,7 @@ def test_tp16_across_two_nodes_is_the_bug():
 def test_tp_inside_a_node_is_right_and_straddling_groups_are_wrong():
     tp8 = plan_moe_serving(DEEPSEEK_V3, TWO_H200, Layout(tp=8, dp=2, ep=16))
     tp = next(f for f in tp8.findings if f.dimension == "TP")
-    assert tp.verdict == "right" and tp.link == NVLINK_4 and "one-shot" in tp.why
+    assert tp.verdict == "right" and tp.link == "NVLink (H200-141GB, within a node)" and "one-shot" in tp.why
     odd = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 4, get_gpu("H200-141GB")), Layout(tp=8, ep=8), weight_dtype="fp8")
     assert next(f for f in odd.findings if f.dimension == "TP").verdict == "wrong"
 
@@ -140,7 +148,7 @@ def test_ep_across_nodes_is_acceptable_but_watch_busbw():
     assert "dummy forwards" in idle.text
     one_node = plan_moe_serving(DEEPSEEK_V3, Cluster(1, 8, get_gpu("H200-141GB")), Layout(dp=8, ep=8))
     ep = next(f for f in one_node.findings if f.dimension == "EP")
-    assert ep.verdict == "right" and ep.link == LINKS[NVLINK_4].name
+    assert ep.verdict == "right" and ep.link == "NVLink (H200-141GB, within a node)"
 
 
 def test_pipeline_parallelism_splits_the_layers():
@@ -168,7 +176,7 @@ def test_presets_and_checklist():
     verdicts = {name: plan_moe_serving(DEEPSEEK_V3, Cluster(n, g), layout).wrong
                 for name, (n, g, layout) in PRESETS.items()}
     assert [name for name, wrong in verdicts.items() if wrong] == ["TP=16 across two nodes (the bug)"]
-    practices = " ".join(name for name, _ in SERVING_CHECKLIST)
+    practices = " ".join(name for name, _ in serving_checklist(Cluster(2, 8)))
     for practice in ("PagedAttention", "Continuous batching", "Chunked prefill", "Prefix caching", "one-shot", "busbw"):
         assert practice.lower() in practices.lower()
 
@@ -178,3 +186,73 @@ def test_tp_inside_a_node_without_nvlink_is_flagged_and_named_pcie():
     tp = next(f for f in plan.findings if f.dimension == "TP")
     assert tp.verdict == WATCH and "no NVLink" in tp.text and "PCIe" in tp.link
     assert all("on NVLink" not in f.text for f in plan.findings)
+
+
+@pytest.mark.parametrize("gpu", ["H100-80GB", "H200-141GB", "A100-80GB", "B200-180GB"])
+def test_every_link_follows_the_chosen_gpu(gpu):
+    """The TP, EP and checklist lines name the chosen GPU's NVLink at its own bandwidth, never another's."""
+    preset = get_gpu(gpu)
+    name = f"NVLink ({gpu}, within a node)"
+    tp8 = plan_moe_serving(DEEPSEEK_V3, Cluster(1, 8, preset), Layout(tp=8), weight_dtype="fp8")
+    tp = next(f for f in tp8.findings if f.dimension == "TP")
+    assert tp.link == name and f"({preset.nvlink_bandwidth / 2e9:.0f} GB/s per GPU each way)" in tp.text
+    dp8 = plan_moe_serving(DEEPSEEK_V3, Cluster(1, 8, preset), Layout(dp=8, ep=8))
+    ep = next(f for f in dp8.findings if f.dimension == "EP")
+    assert ep.verdict == "right" and ep.link == name and f"inside one node on {name}" in ep.text
+    checklist = " ".join(why for _, why in serving_checklist(Cluster(2, 8, preset)))
+    assert f"{name} {preset.nvlink_bandwidth / 2e9:.0f} GB/s" in checklist
+    others = {"H100", "H200", "A100", "B200"} - {gpu.split("-")[0]}
+    for text in [f.line for f in tp8.findings + dp8.findings] + [checklist]:
+        assert not any(other in text for other in others), text
+
+
+def test_the_default_cluster_is_the_lessons_premise():
+    """80 GB GPUs: one node of 8 cannot hold the weights in any layout, two nodes can, with no wrong choice."""
+    gpu = get_gpu(DEFAULT_GPU)
+    assert gpu.memory_bytes <= 80 * GiB
+    one = lightest_plan()
+    assert one.cluster.nodes == 1 and one.cluster.gpu == gpu and not one.fits
+    assert one.weight_bytes > one.budget_bytes - one.activation_reserve_bytes
+    assert "no layout fits, DeepSeek-V3 needs more than one node" in one_node_verdict()
+    assert f"{one.weight_bytes / GiB:.1f} GiB" in one_node_verdict()
+    two = plan_moe_serving()
+    assert two.cluster.name == f"2 nodes x 8 {DEFAULT_GPU}" and two.layout == RECOMMENDED
+    assert two.fits and not two.wrong
+    assert "fits one node" in one_node_verdict(gpu=get_gpu("H200-141GB"))  # why the default is not an H200
+
+
+def test_the_lightest_plan_is_lighter_than_every_other_layout():
+    cluster = Cluster(1, 8)
+    lightest = lightest_plan(cluster=cluster)
+    for tp in LAYOUT_SIZES:
+        for dp in LAYOUT_SIZES:
+            layout = Layout(tp=tp, dp=dp)
+            try:
+                check_layout(DEEPSEEK_V3, cluster, layout)
+            except LayoutError:
+                continue
+            assert sum(memory_per_gpu(DEEPSEEK_V3, layout).values()) >= lightest.weight_bytes
+    assert lightest.layout.tp == 8  # the routed experts split over all 8 GPUs, the rest by TP
+    with pytest.raises(LayoutError, match="No layout"):
+        lightest_plan(cluster=Cluster(1, 3))
+
+
+def test_the_model_summary_reads_the_config():
+    line = model_summary()
+    for fact in ("671B parameters", "36.6B active per token", "61 layers, the first 3 dense",
+                 "256 routed experts + 1 shared per layer", "8 routed per token", "512 + 64 = 576 values",
+                 "97.4% of the weights"):
+        assert fact in line, fact
+
+
+def test_the_quiz_marks_right_exactly_the_recommended_layouts_choices():
+    """Quiz 08's deepseek-layout: tensor parallelism is right only if the recommended layout uses it,
+    likewise data-parallel attention and expert parallelism."""
+    options = load_bank("08_fused_tp").question("deepseek-layout").options
+    right = [o.text.lower() for o in options if o.correct]
+    wrong = [o.text.lower() for o in options if not o.correct]
+    uses = {"tensor parallelism": RECOMMENDED.tp > 1, "data parallelism for attention": RECOMMENDED.dp > 1,
+            "experts spread over the gpus": RECOMMENDED.ep > 1}
+    for choice, used in uses.items():
+        assert any(choice in text for text in (right if used else wrong)), choice
+        assert not any(choice in text for text in (wrong if used else right)), choice

@@ -1,5 +1,7 @@
 """The TP all-reduce model: one-shot, two-shot and the ring at hand-computed values, and their crossovers."""
 
+import re
+
 import pytest
 
 from course_lib.perf.comm import RING
@@ -24,6 +26,7 @@ from course_lib.perf.tp_all_reduce import (
     vllm_two_shot_from,
 )
 from course_lib.perf.units import KiB, format_bytes
+from course_lib.quiz.bank import load_bank
 
 ALPHA, B = 5e-6, 400e9
 
@@ -155,3 +158,12 @@ def test_the_crossover_line_quotes_the_model_and_vllm(n):
 def test_the_crossover_line_refuses_a_world_size_vllm_has_no_kernel_for():
     with pytest.raises(ValueError, match="2, 4, 6 or 8"):
         crossover_in_tokens(3, 8192)
+
+
+def test_quiz_08_crossover_question_is_this_models_k_star():
+    """The bank's numbers are typed in its prompt: the answer it accepts must be K* for them."""
+    question = load_bank("08_fused_tp").question("crossover-size")
+    n, alpha_us, gb_s = re.search(r"N = (\d+), a = ([\d.]+) µs and B = ([\d.]+) GB/s", question.prompt).groups()
+    star = two_shot_crossover_bytes(int(n), float(alpha_us) * 1e-6, float(gb_s) * 1e9)
+    assert question.check(star / 1000).correct  # KB, as the prompt asks
+    assert not question.check(star / 1024 * 0.9).correct

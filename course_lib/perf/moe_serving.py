@@ -44,6 +44,7 @@ TP rank), in 64-token blocks (FlashMLA's paged-KV block size).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -64,7 +65,11 @@ from course_lib.perf.models import DEEPSEEK_V3, ModelSpec
 from course_lib.perf.units import GiB
 
 WEIGHT_DTYPES = ("fp8", "bf16")
-DEFAULT_GPU, DEFAULT_WEIGHT_DTYPE = "H200-141GB", "fp8"  # the cluster the presets are laid out for
+DEFAULT_GPU, DEFAULT_WEIGHT_DTYPE = "H100-80GB", "fp8"
+"""The cluster the presets are laid out for: 80 GB GPUs, on which one node of 8 cannot hold
+DeepSeek-V3 in any layout (``lightest_plan``) and two nodes can."""
+LAYOUT_SIZES = (1, 2, 4, 8, 16, 32)
+"""The TP, DP and EP sizes ``lightest_plan`` tries (PP: 1, 2, 4, 8)."""
 FP8_BLOCK = 128
 """DeepSeek-V3's fp8 checkpoint scales weights in 128 x 128 blocks, one fp32 scale each."""
 MLA_BLOCK_SIZE = 64
@@ -111,8 +116,9 @@ class ParameterBreakdown:
 
     @property
     def active(self) -> float:
-        """Parameters one token multiplies by: everything but the routed experts it is not sent to."""
-        return self.total - self.routed_experts + self.routed_per_token
+        """Parameters one token multiplies by: everything but the routed experts it is not sent to
+        and the input embedding, which is looked up (one row), not multiplied."""
+        return self.total - self.routed_experts + self.routed_per_token - self.embeddings / 2
 
 
 def parameter_breakdown(model: ModelSpec) -> ParameterBreakdown:
@@ -124,7 +130,7 @@ def parameter_breakdown(model: ModelSpec) -> ParameterBreakdown:
     Q and O of heads x head_dim, K and V of KV heads x head_dim, all split by TP.
     MLP: 3 x h x intermediate (gated). DeepSeek-V3: 187.1M attention + 44.0M per expert, 58 MoE
     layers x (256 + 1) experts, 3 dense layers of 396.4M, embeddings 2 x 926.7M: 671.0B total,
-    37.6B active."""
+    36.7B active (DeepSeek's README_WEIGHTS: 671B and 36.6B, the paper's abstract: 37B activated)."""
     h, heads, d = model.hidden_size, model.num_heads, model.head_dim
     if model.uses_mla:
         rope, kv_lora = model.qk_rope_head_dim, model.kv_lora_rank
@@ -154,9 +160,8 @@ def parameter_breakdown(model: ModelSpec) -> ParameterBreakdown:
 
 
 def _in_node_link(gpu: GPU) -> Link:
-    """GPU to GPU inside a node: NVLink (half the datasheet's both-ways aggregate each way), else PCIe."""
-    if gpu.nvlink_bandwidth == 2 * LINKS[NVLINK_4].bandwidth:
-        return LINKS[NVLINK_4]
+    """GPU to GPU inside a node: NVLink named after ``gpu`` (half its datasheet's both-ways aggregate
+    each way, NVLink 4's latency), else PCIe."""
     if gpu.nvlink_bandwidth:
         return Link(f"NVLink ({gpu.name}, within a node)", LINKS[NVLINK_4].alpha_s, gpu.nvlink_bandwidth / 2, IN_NODE)
     return LINKS[PCIE_GEN5 if gpu.pcie_bandwidth >= LINKS[PCIE_GEN5].bandwidth else PCIE_GEN4]
@@ -373,8 +378,8 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
         findings.append(Finding("TP", nv.name, RIGHT,
                                 f"TP={tp} stays inside one node: its per-layer all-reduces run on NVLink ({bw(nv)})",
                                 "two blocking all-reduces per layer sit on the critical path; at decode sizes they are "
-                                "latency-bound, which the one-shot fused all-reduce (+ residual + RMSNorm) kernel "
-                                "over NVLink addresses"))
+                                "latency-bound, which a fused all-reduce (+ residual + RMSNorm) over NVLink addresses, "
+                                "one-shot or two-shot by message size"))
     elif cluster.group_in_node(tp):
         findings.append(Finding("TP", nv.name, WATCH,
                                 f"TP={tp} stays inside one node, but these GPUs have no NVLink: its per-layer "
@@ -393,21 +398,22 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
     stage, ep, etp = layout.stage_gpus, layout.ep, layout.expert_tp
     experts_per_rank = model.num_experts // ep
     if ep > 1:
+        inside = cluster.group_in_node(stage)
         link = cluster.group_link(stage)
-        verdict = RIGHT if link is nv and has_nvlink else WATCH
-        across = (f"inside one node on {link.name}" if link is nv
+        verdict = RIGHT if inside and has_nvlink else WATCH
+        across = (f"inside one node on {link.name}" if inside
                   else f"across {cluster.nodes_spanned(stage)} nodes on {link.name}")
         findings.append(Finding("EP", link.name, verdict,
                                 f"EP={ep}: {experts_per_rank} routed experts per rank; all-to-all dispatch/combine "
                                 f"{across}",
                                 "each token goes to its top-"
                                 f"{model.experts_per_token} experts' ranks and back, two all-to-alls per MoE layer; "
-                                + ("fine on NVLink" if link is nv and has_nvlink else
+                                + ("fine on NVLink" if inside and has_nvlink else
                                    f"acceptable, but watch the all-to-all's busbw against the NIC's {bw(link)} peak "
                                    "and overlap it with compute")))
     if etp > 1:
         link = cluster.group_link(etp)
-        if link is nv:
+        if cluster.group_in_node(etp):
             findings.append(Finding("expert TP", link.name, WATCH,
                                     f"each routed expert is split {etp} ways inside a node "
                                     f"({model.intermediate_size / etp:g}-wide slices of its {model.intermediate_size})",
@@ -440,8 +446,9 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
                                     "the MoE layers' all-to-all (or all-reduce) needs every rank of the stage in "
                                     "every step; a rank that skips one leaves the others waiting forever"))
     if layout.pp > 1:
-        link = nv if stage < gpn and gpn % stage == 0 and stage * layout.pp <= gpn else ib
-        findings.append(Finding("PP", link.name, WATCH if link is ib else RIGHT,
+        inside = stage < gpn and gpn % stage == 0 and stage * layout.pp <= gpn
+        link = nv if inside else ib
+        findings.append(Finding("PP", link.name, RIGHT if inside else WATCH,
                                 f"PP={layout.pp}: activations pass stage to stage over {link.name}",
                                 "point-to-point sends of one token batch's hidden states, cheap even on InfiniBand; "
                                 f"but {layout.pp} batches must be in flight or stages sit idle"))
@@ -455,7 +462,7 @@ def plan_moe_serving(model: ModelSpec = DEEPSEEK_V3, cluster: Cluster | None = N
     """Memory per GPU, KV room and the rubric's findings for ``layout`` on ``cluster``.
 
     Raises LayoutError when the layout cannot be built (``check_layout``). Defaults: 2 nodes x 8
-    H200 with InfiniBand NDR, the recommended ``RECOMMENDED`` layout, fp8 weights, bf16 KV."""
+    ``DEFAULT_GPU`` with InfiniBand NDR, the recommended ``RECOMMENDED`` layout, fp8 weights, bf16 KV."""
     cluster = Cluster(2, 8) if cluster is None else cluster
     layout = RECOMMENDED if layout is None else layout
     check_layout(model, cluster, layout)
@@ -476,8 +483,60 @@ def plan_moe_serving(model: ModelSpec = DEEPSEEK_V3, cluster: Cluster | None = N
                           _findings(model, cluster, layout, numbers))
 
 
+def lightest_plan(model: ModelSpec = DEEPSEEK_V3, cluster: Cluster | None = None, *,
+                  weight_dtype: str = DEFAULT_WEIGHT_DTYPE) -> MoEServingPlan:
+    """The plan of the layout whose GPUs hold the fewest weight bytes, among every layout that can be
+    built on ``cluster`` (TP, DP and EP from ``LAYOUT_SIZES``, PP 1 to 8; default one node of 8
+    ``DEFAULT_GPU``): if its weights do not fit, no layout's do."""
+    cluster = Cluster(1, 8) if cluster is None else cluster
+    lightest = None
+    for tp, dp, ep, pp in itertools.product(LAYOUT_SIZES, LAYOUT_SIZES, LAYOUT_SIZES, (1, 2, 4, 8)):
+        layout = Layout(tp, dp, ep, pp)
+        try:
+            check_layout(model, cluster, layout)
+        except LayoutError:
+            continue
+        weights = sum(memory_per_gpu(model, layout, weight_dtype).values())
+        if lightest is None or weights < lightest[0]:
+            lightest = (weights, layout)
+    if lightest is None:
+        raise LayoutError(f"No layout with sizes from {LAYOUT_SIZES} can be built on {cluster.name}.")
+    return plan_moe_serving(model, cluster, lightest[1], weight_dtype=weight_dtype)
+
+
+def one_node_verdict(model: ModelSpec = DEEPSEEK_V3, gpu: GPU | None = None, gpus_per_node: int = 8, *,
+                     weight_dtype: str = DEFAULT_WEIGHT_DTYPE) -> str:
+    """One line: whether ``model``'s weights fit one node of ``gpus_per_node`` ``gpu`` (default
+    ``DEFAULT_GPU``) in any layout, from ``lightest_plan``'s weights against the room the budget
+    leaves beside the activation peak."""
+    cluster = Cluster(1, gpus_per_node, get_gpu(DEFAULT_GPU) if gpu is None else gpu)
+    plan = lightest_plan(model, cluster, weight_dtype=weight_dtype)
+    room = plan.budget_bytes - plan.activation_reserve_bytes
+    head = f"One node of {gpus_per_node} {cluster.gpu.name}"
+    if plan.weight_bytes > room:
+        return (f"{head}: even the lightest layout ({plan.layout.name}) puts {_gib(plan.weight_bytes)} of "
+                f"{weight_dtype} weights on each GPU, more than its {_gib(room)} of room: no layout fits, "
+                f"{model.name} needs more than one node.")
+    return (f"{head}: the lightest layout ({plan.layout.name}) puts {_gib(plan.weight_bytes)} of {weight_dtype} "
+            f"weights on each GPU, within its {_gib(room)} of room: on these GPUs {model.name} fits one node.")
+
+
+def model_summary(model: ModelSpec = DEEPSEEK_V3) -> str:
+    """One line on a mixture of experts' shape, read from its config (``parameter_breakdown``)."""
+    p = parameter_breakdown(model)
+    cache = (f"MLA caches {model.kv_lora_rank} + {model.qk_rope_head_dim} = {model.kv_elements_per_token_per_layer} "
+             "values per token and layer" if model.uses_mla else
+             f"attention caches {model.kv_elements_per_token_per_layer} values per token and layer")
+    return (f"{model.name}: {p.total / 1e9:.0f}B parameters, {p.active / 1e9:.1f}B active per token; "
+            f"{model.num_layers} layers, the first {model.num_layers - model.num_moe_layers} dense, then "
+            f"{model.num_experts} routed experts + {model.num_shared_experts} shared per layer, "
+            f"{model.experts_per_token} routed per token; {cache}; the routed experts are "
+            f"{p.routed_experts / p.total:.1%} of the weights.")
+
+
 RECOMMENDED = Layout(tp=1, dp=16, ep=16)
-"""2 nodes x 8 GPUs: DP attention on every GPU, the routed experts sharded over all 16 (16 per GPU)."""
+"""2 nodes x 8 GPUs: DP attention on every GPU (no TP: with MLA it would only copy the latent
+cache), the routed experts sharded over all 16 (16 per GPU)."""
 
 PRESETS: dict[str, tuple[int, int, Layout]] = {
     "DP=16 attention + EP=16 (recommended)": (2, 8, RECOMMENDED),
@@ -486,19 +545,25 @@ PRESETS: dict[str, tuple[int, int, Layout]] = {
 }
 """Named layouts for the design sheet: (nodes, GPUs per node, layout)."""
 
-SERVING_CHECKLIST = (
-    ("PagedAttention", "the latent KV lives in fixed-size blocks (64 tokens for FlashMLA), so no request reserves "
-                       "memory for its maximum length"),
-    ("Continuous batching", "requests join and leave the batch every step, keeping each DP rank's batch full"),
-    ("Chunked prefill", "long prompts are cut into chunks that share steps with decodes, so ITL stays bounded"),
-    ("Prefix caching", "shared system prompts and earlier turns reuse their cached latents instead of prefilling"),
-    ("One-shot fused all-reduce over NVLink", "decode-sized TP all-reduces are latency-bound: one kernel that reads "
-                                             "every peer's buffer over NVLink (with residual + RMSNorm fused) beats "
-                                             "a ring's 2(N-1) steps"),
-    ("Watch busbw vs peak", "measure each collective's bus bandwidth (nccl-tests' busbw) against the link's peak: "
-                            "NVLink 450 GB/s, an NDR NIC 50 GB/s per GPU each way"),
-)
-"""What every layout needs besides its parallelism: (practice, why)."""
+def serving_checklist(cluster: Cluster) -> tuple[tuple[str, str], ...]:
+    """What every layout on ``cluster`` needs besides its parallelism: (practice, why), with the
+    links' peaks taken from the cluster's presets."""
+    nv, net = cluster.in_node, cluster.scale_out
+    return (
+        ("PagedAttention", f"the latent KV lives in fixed-size blocks ({MLA_BLOCK_SIZE} tokens for FlashMLA), so no "
+                           "request reserves memory for its maximum length"),
+        ("Continuous batching", "requests join and leave the batch every step, keeping each DP rank's batch full"),
+        ("Chunked prefill", "long prompts are cut into chunks that share steps with decodes, so ITL stays bounded"),
+        ("Prefix caching", "shared system prompts and earlier turns reuse their cached latents instead of prefilling"),
+        ("One-shot or two-shot all-reduce for any TP group", "a TP group's per-layer all-reduces are small and "
+                                                            f"latency-bound: on {nv.name}, one kernel that reads the "
+                                                            "peers' buffers and fuses residual + RMSNorm beats a "
+                                                            "ring's 2(N-1) rounds; the message size picks one-shot "
+                                                            "or two-shot"),
+        ("Watch busbw vs peak", "measure each collective's bus bandwidth (nccl-tests' busbw) against the link's peak: "
+                                f"{nv.name} {nv.bandwidth / 1e9:.0f} GB/s, {net.name} {net.bandwidth / 1e9:.0f} GB/s "
+                                "per GPU each way"),
+    )
 
 
 def memory_rows(plan: MoEServingPlan) -> list[tuple[str, str]]:

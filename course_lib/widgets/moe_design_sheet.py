@@ -17,7 +17,6 @@ from course_lib.perf.moe_serving import (
     DEFAULT_GPU,
     DEFAULT_WEIGHT_DTYPE,
     PRESETS,
-    SERVING_CHECKLIST,
     WEIGHT_DTYPES,
     Cluster,
     Layout,
@@ -25,7 +24,9 @@ from course_lib.perf.moe_serving import (
     MoEServingPlan,
     kv_summary,
     memory_rows,
+    one_node_verdict,
     plan_moe_serving,
+    serving_checklist,
 )
 
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -57,14 +58,17 @@ def error_html(error: LayoutError) -> str:
     return f"<p style='color:{COLORS['wrong']}'><b>✘ This layout cannot be built.</b> {html.escape(str(error))}</p>"
 
 
-def checklist_html() -> str:
-    items = "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(why)}</li>" for name, why in SERVING_CHECKLIST)
+def checklist_html(cluster: Cluster) -> str:
+    items = "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(why)}</li>"
+                    for name, why in serving_checklist(cluster))
     return f"<p><b>Whatever the layout, the server also needs:</b></p><ul>{items}</ul>"
 
 
 class MoEDesignSheet(w.VBox):
     """Controls for the cluster (nodes, GPUs per node, GPU type), the weight dtype and the layout
-    (TP, DP, EP, PP); preset buttons for ``moe_serving.PRESETS``; the plan redrawn in place."""
+    (TP, DP, EP, PP); preset buttons for ``moe_serving.PRESETS``; whether one node of the chosen GPUs
+    could hold the model, the plan and the checklist, all redrawn in place. It opens on the TP=16 bug,
+    on two nodes of ``DEFAULT_GPU``."""
 
     def __init__(self, model: ModelSpec = DEEPSEEK_V3, nodes: int = 2, gpus_per_node: int = 8,
                  gpu: str = DEFAULT_GPU, weight_dtype: str = DEFAULT_WEIGHT_DTYPE, layout: Layout | None = None) -> None:
@@ -82,8 +86,7 @@ class MoEDesignSheet(w.VBox):
         self.buttons = [w.Button(description=name, layout=w.Layout(width="auto")) for name in PRESETS]
         for button in self.buttons:
             button.on_click(self._preset)
-        self.sheet = w.HTML()
-        self.checklist = w.HTML(checklist_html())
+        self.sheet, self.premise, self.checklist = w.HTML(), w.HTML(), w.HTML()
         self._loading = False
         self.controls = (self.nodes, self.gpus_per_node, self.gpu, self.dtype, self.tp, self.dp, self.ep, self.pp)
         for control in self.controls:
@@ -93,7 +96,7 @@ class MoEDesignSheet(w.VBox):
             w.HTML(f"<b>Serve {html.escape(model.name)} across nodes: which layout?</b>"),
             w.HBox([w.VBox([self.nodes, self.gpus_per_node, self.gpu, self.dtype]),
                     w.VBox([self.tp, self.dp, self.ep, self.pp])]),
-            w.HBox(self.buttons), self.sheet, self.checklist])
+            w.HBox(self.buttons), self.premise, self.sheet, self.checklist])
 
     def cluster(self) -> Cluster:
         return Cluster(self.nodes.value, self.gpus_per_node.value, GPUS[self.gpu.value])
@@ -109,7 +112,7 @@ class MoEDesignSheet(w.VBox):
         """Set every control to the preset ``name`` (a key of ``PRESETS``), then redraw once."""
         nodes, gpus_per_node, layout = PRESETS[name]
         self._loading = True
-        try:  # the presets are laid out for the default cluster: H200s with fp8 weights
+        try:  # the presets are laid out for the default cluster: DEFAULT_GPU with fp8 weights
             self.gpu.value, self.dtype.value = get_gpu(DEFAULT_GPU).name, DEFAULT_WEIGHT_DTYPE
             self.nodes.value, self.gpus_per_node.value = nodes, gpus_per_node
             self.tp.value, self.dp.value, self.ep.value, self.pp.value = layout.tp, layout.dp, layout.ep, layout.pp
@@ -123,6 +126,10 @@ class MoEDesignSheet(w.VBox):
     def _redraw(self, *_) -> None:
         if self._loading:
             return
+        cluster = self.cluster()
+        verdict = one_node_verdict(self.model, cluster.gpu, cluster.gpus_per_node, weight_dtype=self.dtype.value)
+        self.premise.value = f"<p><i>{html.escape(verdict)}</i></p>"
+        self.checklist.value = checklist_html(cluster)
         try:
             self.sheet.value = plan_html(self.plan())
         except LayoutError as error:
