@@ -13,6 +13,11 @@ course gained since. ``./course refresh`` brings course updates into it:
 * the new version beside an edited copy is written once per course version, and never over a
   ``NAME.updated.ipynb`` the learner has edited since.
 
+The working copy also holds its own ``./course`` (``write_command``): a two-line script that runs the
+course's ``course`` command for *this* copy, so in JupyterLab's Terminal, which opens in the working
+copy, ``./course grade exercises/01_paging.ipynb`` grades the learner's notebook. It is rewritten at
+every start (a file of that name the learner wrote themselves is left alone, with a warning).
+
 The manifest ``.course-manifest.json`` records, per file, a hash of the cell sources as copied
 (``copied``) and as last offered beside an edited copy (``offered``); it is saved after every
 change, so an interrupted refresh never misreports a lesson as edited.
@@ -24,6 +29,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -32,6 +38,8 @@ from course_lib.paths import REPO_ROOT
 
 CONTENT_FOLDERS = ("notebooks", "exercises")
 MANIFEST = ".course-manifest.json"
+COMMAND = "course"
+COMMAND_MARK = "# This working copy's ./course, written by course_lib/workspace.py"
 
 
 def default_workdir() -> Path:
@@ -113,6 +121,36 @@ def sync(workdir: Path, course_root: Path = REPO_ROOT, refresh: bool = False) ->
     return report
 
 
+def command_script(workdir: Path, course_root: Path = REPO_ROOT) -> str:
+    """The working copy's ``./course``: the course's command with ``COURSE_WORKDIR`` set to this copy
+    and ``COURSE_VENV`` to the virtual environment running this (when it is one), so that grading,
+    ``refresh`` and ``check`` all act on this copy with the course's environment."""
+    settings = [f"COURSE_WORKDIR={shlex.quote(str(workdir.resolve()))}"]
+    if sys.prefix != sys.base_prefix:
+        settings.append(f"COURSE_VENV={shlex.quote(sys.prefix)}")
+    return (f"#!/bin/sh\n{COMMAND_MARK} at every start; your edits here are replaced.\n"
+            f"# It runs the course's own command for this copy: ./course grade exercises/01_paging.ipynb\n"
+            f"{' '.join(settings)} exec {shlex.quote(str(course_root.resolve() / COMMAND))} \"$@\"\n")
+
+
+def write_command(workdir: Path, course_root: Path = REPO_ROOT) -> None:
+    """Write ``command_script`` to ``workdir/course`` (executable), unless a ``course`` the learner
+    made is there: that one is kept, with a warning."""
+    path = workdir / COMMAND
+    try:
+        mine = path.exists() and COMMAND_MARK not in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        mine = True
+    if mine:
+        print(f"warning: {path} is not the course's; kept it. From the course folder, ./course grade "
+              f"{workdir}/exercises/NAME.ipynb grades your work.", file=sys.stderr)
+        return
+    text = command_script(workdir, course_root)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    path.chmod(0o755)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course refresh", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or default_workdir()
     first = not workdir.exists()
     lines = sync(workdir, refresh=args.refresh)
+    write_command(workdir)
     if first:
         print(f"Created your working copy of the course in {workdir}; your notebooks and answers live there.")
     elif lines or args.refresh:

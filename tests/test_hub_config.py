@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import os
 import runpy
 import stat
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -69,3 +71,26 @@ def test_a_wrong_setting_says_what_to_use(monkeypatch, tmp_path):
         load(monkeypatch, tmp_path, COURSE_HUB_SPAWNER="docker")
     with pytest.raises(ValueError, match="use native, dummy"):
         load(monkeypatch, tmp_path, COURSE_HUB_AUTH="github")
+
+
+def test_a_learners_server_starts_in_the_working_copy_with_its_course_command(monkeypatch, tmp_path):
+    """The server runs in ~/course (the file browser's root, where a Terminal opens), knows it as
+    COURSE_WORKDIR, and the copy's own ./course is there to grade with."""
+    fake_bin, home = tmp_path / "bin", tmp_path / "home"
+    fake_bin.mkdir()
+    home.mkdir()
+    python = fake_bin / "python"  # the course's venv Python, reached through the bin folder the hub sees
+    python.write_text(f"#!/bin/sh\nexec {REPO_ROOT / '.venv' / 'bin' / 'python'} \"$@\"\n")
+    singleuser = fake_bin / "jupyterhub-singleuser"  # stands in for the server: reports where it runs
+    singleuser.write_text('#!/bin/sh\necho "cwd=$PWD workdir=$COURSE_WORKDIR args=$*"\n')
+    for script in (python, singleuser):
+        script.chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(python))
+    config = load(monkeypatch, tmp_path, COURSE_HUB_SPAWNER="simple")
+    assert "notebook_dir" not in config.Spawner and config.Spawner.default_url.startswith("/lab/tree/notebooks/")
+    started = subprocess.run([*config.Spawner.cmd, "--port=1"], env={"HOME": str(home), "PATH": os.environ["PATH"]},
+                             cwd=home, capture_output=True, text=True, timeout=120)
+    copy = home / "course"
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines()[-1] == f"cwd={copy} workdir={copy} args=--port=1"
+    assert (copy / "notebooks" / "00_start_here.ipynb").is_file() and os.access(copy / "course", os.X_OK)

@@ -1,8 +1,10 @@
 """The learner's working copy: created from the course, refreshed without losing the learner's work."""
 
 import json
+import os
+import subprocess
 
-from course_lib.workspace import MANIFEST, sources_hash, sync
+from course_lib.workspace import COMMAND_MARK, MANIFEST, sources_hash, sync, write_command
 
 
 def _notebook(path, *sources, outputs=()):
@@ -96,3 +98,28 @@ def test_broken_notebooks_and_manifests_do_not_stop_a_sync(tmp_path, capsys):
     assert any("not a readable notebook" in line for line in report)
     assert sorted(json.loads((work / MANIFEST).read_text())["offered"]) == [  # nothing is trusted as unedited
         "exercises/01_exercise.ipynb", "notebooks/01_lesson.ipynb"]
+
+
+def test_the_working_copy_has_its_own_course_command(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    (course / "course").write_text('#!/bin/sh\necho "workdir=$COURSE_WORKDIR args=$*"\n')  # stands in for ./course
+    (course / "course").chmod(0o755)
+    sync(work, course)
+    write_command(work, course)
+    ran = subprocess.run(["./course", "grade", "exercises/01_exercise.ipynb"], cwd=work, capture_output=True,
+                         text=True, env={"PATH": os.environ["PATH"], "COURSE_WORKDIR": "somewhere else"})
+    assert ran.stdout == f"workdir={work.resolve()} args=grade exercises/01_exercise.ipynb\n", ran.stderr
+    (work / "course").write_text(f"#!/bin/sh\n{COMMAND_MARK}\nexec /old/checkout/course")  # the course moved
+    write_command(work, course)
+    assert "/old/checkout" not in (work / "course").read_text() and str(course.resolve()) in (work / "course").read_text()
+
+
+def test_a_course_file_the_learner_made_is_kept(tmp_path, capsys):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _course(course)
+    sync(work, course)
+    (work / "course").write_text("my notes about the course")
+    write_command(work, course)
+    assert (work / "course").read_text() == "my notes about the course"
+    assert "is not the course's; kept it" in capsys.readouterr().err

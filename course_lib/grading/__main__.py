@@ -4,6 +4,11 @@ Each notebook is graded as the cohort grader grades it (``grade.py``): the learn
 in a process of its own (in bubblewrap's sandbox where it works here), and every task's results
 are compared by value with the reference's. A notebook is matched to its exercise by name.
 
+The course's own exercise (``exercises/NAME.ipynb`` of the checkout) is never graded: nobody solves
+it there, since JupyterLab opens the learner's working copy (``workspace.py``); the command names
+that copy instead. A notebook whose cells all equal the course's exercise is graded, with a note
+saying that nothing in it has changed yet and where the learner's copy is.
+
 For course authors, ``--build`` re-executes every solution and writes its exercise twin,
 and re-executes every lesson, keeping only the outputs the test suite compares."""
 
@@ -20,6 +25,7 @@ from course_lib.grading.exercise import write_exercise
 from course_lib.grading.grade import ExerciseGrade, grade_notebook, prepare_exercise
 from course_lib.grading.sandbox import sandbox_problem
 from course_lib.paths import REPO_ROOT
+from course_lib.workspace import default_workdir, sources_hash
 
 
 def grade_file(notebook: str | Path) -> ExerciseGrade:
@@ -33,6 +39,46 @@ def grade_file(notebook: str | Path) -> ExerciseGrade:
         raise FileNotFoundError(f"{path.name} is not the name of an exercise ({names}); keep the exercise's file name.")
     return grade_notebook("you", nbformat.read(path, as_version=4), prepare_exercise(pristine),
                           isolate=sandbox_problem() is None)
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the learner would type it here: relative to the current folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def learners_copy(name: str) -> Path:
+    """The working copy's exercise of this file name (``workspace.default_workdir``)."""
+    return default_workdir() / "exercises" / name
+
+
+def course_copy_refusal(notebook: str | Path) -> str | None:
+    """Why ``notebook`` is not graded, when it is the checkout's own exercise file; else None."""
+    path = Path(notebook)
+    pristine = REPO_ROOT / "exercises" / path.name
+    if not (path.is_file() and pristine.is_file() and path.resolve() == pristine.resolve()):
+        return None
+    mine = learners_copy(path.name)
+    made = "" if mine.is_file() else " (./course lab makes it)"
+    return (f"{_shown(path)} is the course's own copy of the exercise, which stays untouched: JupyterLab opens "
+            f"and saves your working copy. Grade yours{made}: ./course grade {_shown(mine)} (in JupyterLab's "
+            f"Terminal, which opens in your working copy: ./course grade exercises/{path.name}).")
+
+
+def unchanged_note(notebook: str | Path) -> str | None:
+    """A note when every cell of ``notebook`` equals the course's exercise (its outputs may differ):
+    nothing has been solved or saved yet. Names the learner's copy when this is another file."""
+    path = Path(notebook)
+    if sources_hash(path) != sources_hash(REPO_ROOT / "exercises" / path.name):
+        return None
+    mine = learners_copy(path.name)
+    if mine.is_file() and mine.resolve() != path.resolve():
+        return (f"{_shown(path)} is the course's exercise unchanged (every cell as shipped). Your working copy "
+                f"is {_shown(mine)}: grade that one with ./course grade {_shown(mine)}.")
+    return (f"{_shown(path)} is the course's exercise unchanged (every cell as shipped): fill in the *Your code* "
+            "cells and save the notebook in JupyterLab (File > Save Notebook, Ctrl+S) before grading it.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for notebook in args.notebooks:
         print(f"== Grading {notebook}", flush=True)
+        refusal = course_copy_refusal(notebook)
+        if refusal:
+            print(f"{refusal}\n== {notebook}: not graded", flush=True)
+            failed += 1
+            continue
         try:
             result = grade_file(notebook)
         except FileNotFoundError as error:
@@ -71,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"status: {result.status}")
         for check in result.checks:
             print("\n".join(check.details or (f"{check.name}: FAIL: {check.message}",)))
-        for note in result.notes:
-            print(f"note: {note}")
+        for note in (*result.notes, unchanged_note(notebook)):
+            if note:
+                print(f"note: {note}")
         passed = result.status == "graded" and result.score == len(result.checks)
         print(f"== {notebook}: {result.score}/{len(result.checks)} tasks, {'PASS' if passed else 'FAIL'}", flush=True)
         failed += not passed

@@ -4,7 +4,7 @@
 Every learner gets a single-user JupyterLab that runs the one shared course environment (the
 ``.venv`` this hub runs from; learners only read it) and, at each start, their own working copy
 of the lessons and exercises in ``~/course`` (made at the first login, then only topped up with
-notebooks the course gained: ``course_lib/workspace.py``). Learners never write into the course
+notebooks the course gained: ``course_lib/workspace.py``), which JupyterLab opens. Learners never write into the course
 checkout. Quiz answers are kept under ``~/.course-quizzes`` as the learner's hub name.
 
 Everything an instructor may change is an environment variable, read below. ``deploy/README.md``
@@ -124,13 +124,16 @@ else:
 # The working copy first (as the learner, in their home), then JupyterLab from the shared venv.
 # Python runs isolated (-I: nothing in the learner's home can stand in for the course's code), and
 # a copy that fails (a learner's odd files in the way) is reported without keeping them out.
+# JupyterLab then runs in the working copy, as under `./course lab`: its folder is the file
+# browser's root (no notebook_dir: the server's folder) and where a Terminal opens, so the copy's
+# own ./course (workspace.py) is at hand there: ./course grade exercises/NN_name.ipynb.
 start = (f'{shlex.quote(str(VENV_BIN / "python"))} -I -m course_lib.workspace --workdir "$HOME/course" '
          f'|| echo "course: could not update the working copy in $HOME/course (see above)" >&2; '
+         f'export COURSE_WORKDIR="$HOME/course"; cd "$COURSE_WORKDIR" || cd "$HOME"; '
          f'exec {shlex.quote(str(VENV_BIN / "jupyterhub-singleuser"))} "$@"')
 c.Spawner.cmd = ["/bin/bash", "-c", start, "course-singleuser"]  # the spawner's arguments follow as "$@"
 c.Spawner.args = server_args
-c.Spawner.notebook_dir = "~"
-c.Spawner.default_url = "/lab/tree/course/notebooks/00_start_here.ipynb"
+c.Spawner.default_url = "/lab/tree/notebooks/00_start_here.ipynb"
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 c.Spawner.mem_limit = os.environ.get("COURSE_HUB_MEM_LIMIT", "4G")

@@ -122,12 +122,12 @@ def work_as(browser, base: str, name: str, homes: Path) -> dict:
         page.fill("#username_input", name)
         page.fill("#password_input", PASSWORD)
         page.click("#login_submit")
-        page.wait_for_url(re.compile(rf"/user/{name}/lab/tree/course/notebooks/00_start_here\.ipynb"),
+        page.wait_for_url(re.compile(rf"/user/{name}/lab/tree/notebooks/00_start_here\.ipynb"),
                           timeout=180_000)  # spawned, at the course's start page in the private copy
         page.wait_for_selector(".jp-NotebookPanel", timeout=120_000)
         login_s = time.monotonic() - started
         assert (homes / name / "course" / "notebooks" / f"{MODULE}.ipynb").exists()  # the private copy
-        page.goto(f"{base}/user/{name}/lab/tree/course/notebooks/{MODULE}.ipynb")
+        page.goto(f"{base}/user/{name}/lab/tree/notebooks/{MODULE}.ipynb")
         page.wait_for_selector(".jp-NotebookPanel", timeout=120_000)
         run_all(page)
         feedback = answer_first_quiz_question(page)
@@ -146,7 +146,7 @@ def work_as(browser, base: str, name: str, homes: Path) -> dict:
         usage = learner_usage(homes / name)
         save(page)
         # ?reset: a fresh workspace with only the exercise open (the lesson has the same file name)
-        page.goto(f"{base}/user/{name}/lab/tree/course/exercises/{MODULE}.ipynb?reset")
+        page.goto(f"{base}/user/{name}/lab/tree/exercises/{MODULE}.ipynb?reset")
         exercise = ".jp-NotebookPanel:visible"
         page.wait_for_selector(f"{exercise} .jp-CodeCell", timeout=120_000)
         page.wait_for_selector(f"{exercise} .jp-Spinner", state="detached", timeout=120_000)  # loaded

@@ -1,0 +1,76 @@
+"""``./course grade`` (course_lib/grading/__main__.py) pointed at the wrong notebook: the checkout's own
+exercise is not graded and the learner's copy is named; a notebook whose cells all equal the course's
+exercise is graded with a note that says so and where the learner's copy is."""
+
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import pytest
+
+from course_lib.grading.__main__ import main as grade_main
+from course_lib.grading.__main__ import unchanged_note
+from course_lib.paths import REPO_ROOT
+
+NAME = "01_paging.ipynb"
+COURSE_COPY = REPO_ROOT / "exercises" / NAME
+
+
+@pytest.fixture
+def working_copy(tmp_path, monkeypatch):
+    """A learner's working copy holding the exercise, as ./course lab makes it."""
+    work = tmp_path / "work"
+    (work / "exercises").mkdir(parents=True)
+    shutil.copyfile(COURSE_COPY, work / "exercises" / NAME)
+    monkeypatch.setenv("COURSE_WORKDIR", str(work))
+    return work
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative to the checkout", "through a link"])
+def test_the_checkouts_own_exercise_is_not_graded_and_the_learners_copy_is_named(working_copy, tmp_path,
+                                                                                   monkeypatch, capsys, how):
+    path = str(COURSE_COPY)
+    if how == "relative to the checkout":
+        monkeypatch.chdir(REPO_ROOT)
+        path = f"exercises/{NAME}"
+    elif how == "through a link":
+        (tmp_path / "link").mkdir()
+        (tmp_path / "link" / NAME).symlink_to(COURSE_COPY)
+        path = str(tmp_path / "link" / NAME)
+    assert grade_main([path]) == 1
+    out = capsys.readouterr().out
+    assert "the course's own copy of the exercise" in out and f"{path}: not graded" in out
+    assert f"./course grade {working_copy / 'exercises' / NAME}" in out and "Task 1" not in out
+
+
+def test_an_unchanged_copy_is_graded_with_a_note_naming_the_learners_copy(working_copy, tmp_path, capsys):
+    download = tmp_path / "downloads" / NAME  # byte for byte the course's exercise
+    download.parent.mkdir()
+    shutil.copyfile(COURSE_COPY, download)
+    assert grade_main([str(download)]) == 1
+    out = capsys.readouterr().out
+    assert "0/4 tasks, FAIL" in out
+    assert f"note: {download} is the course's exercise unchanged" in out
+    assert f"./course grade {working_copy / 'exercises' / NAME}" in out
+
+
+def test_the_note_on_the_learners_own_unchanged_copy_says_to_save_it(working_copy, monkeypatch):
+    mine = working_copy / "exercises" / NAME
+    book = nbformat.read(mine, as_version=4)  # run, not edited: outputs do not count as work
+    first_code = next(cell for cell in book.cells if cell.cell_type == "code")
+    first_code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+    nbformat.write(book, mine)
+    monkeypatch.chdir(working_copy)
+    note = unchanged_note(f"exercises/{NAME}")
+    assert note.startswith(f"exercises/{NAME} is the course's exercise unchanged") and "Save Notebook" in note
+
+
+def test_a_notebook_with_work_in_it_gets_no_note(working_copy):
+    solved = working_copy / "exercises" / NAME
+    shutil.copyfile(REPO_ROOT / "solutions" / NAME, solved)
+    assert unchanged_note(solved) is None
+    book = nbformat.read(COURSE_COPY, as_version=4)
+    book.cells.append(nbformat.v4.new_code_cell("print('my own cell')"))  # any edit counts
+    nbformat.write(book, solved)
+    assert unchanged_note(solved) is None
