@@ -5,7 +5,8 @@ Each row names a module's lesson, the resource that limits the system it teaches
 here from ``course_lib.perf`` and ``course_lib.paging`` with the presets the lessons use
 (Llama-3.1-8B and -70B on H100s), never typed in. ``resource_map()`` builds the rows;
 ``as_markdown`` renders them as a table whose lesson names link to the lessons. ``STAFF_QUESTIONS``
-holds the review's open questions with their staff answers, each naming the lesson that teaches it.
+holds the course's open questions with their staff answers, each naming the lesson that teaches it,
+so that the lessons and the final review show an answer only once the learner has written theirs.
 
 Invariant: every row's ``figures`` are exactly what the named cost model returns (the tests call
 the same functions), and every sentence in ``evidence`` is formatted from those figures.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from course_lib import outline
 from course_lib.paging.paged import PagedAllocator
 from course_lib.paging.reserve_for_max import ReserveForMaxAllocator
 from course_lib.paging.simulate import simulate
@@ -40,22 +42,30 @@ RECOMPUTE_FLOPS = 500e12  # an achieved prefill rate on an H100, as in module 09
 
 @dataclass(frozen=True)
 class Bound:
-    """One module's row: ``lesson`` is the notebook's file name (``NN_name.ipynb``), ``resource``
-    one of ``RESOURCES``, ``figures`` the computed numbers that ``evidence`` quotes."""
+    """One module's row: ``module`` one of the outline's (its title and lesson file come from
+    ``course_lib.outline``), ``resource`` one of ``RESOURCES``, ``figures`` the computed numbers
+    that ``evidence`` quotes, ``aspect`` which part of the module the row covers when it has two."""
 
     module: str
-    title: str
-    lesson: str
     resource: str
     evidence: str
     technique: str
     figures: dict[str, float] = field(default_factory=dict)
+    aspect: str = ""
 
     def __post_init__(self) -> None:
         if self.resource not in RESOURCES:
             raise ValueError(f"{self.module}: resource must be one of {RESOURCES}, got {self.resource!r}.")
-        if not self.lesson.startswith(f"{self.module}_") or not self.lesson.endswith(".ipynb"):
-            raise ValueError(f"{self.module}: lesson must be a notebook named {self.module}_*.ipynb, got {self.lesson!r}.")
+        outline.lesson(self.module)  # an unknown module raises, naming the known ones
+
+    @property
+    def title(self) -> str:
+        return outline.lesson(self.module).title
+
+    @property
+    def lesson(self) -> str:
+        """The lesson's file name, ``NN_name.ipynb``."""
+        return outline.lesson(self.module).file
 
 
 def _ms(seconds: float) -> str:
@@ -75,7 +85,7 @@ def paging() -> Bound:
     paged = simulate(PagedAllocator(2048, 16, 2048), trace, 400).mean_waste_fraction
     tokens = plan.num_blocks * plan.block_size
     return Bound(
-        "01", "PagedAttention and the KV cache", "01_paging.ipynb", KV_MEMORY,
+        "01", KV_MEMORY,
         f"{model.name} keeps {format_bytes(per_token)} of KV per token; an {gpu.name} at gpu_memory_utilization "
         f"{plan.budget_bytes / plan.gpu_memory_bytes:g} holds {tokens:,} tokens of it after the weights. Reserving each request's maximum wasted {reserve:.1%} of that memory in module 01's "
         f"simulation, 16-token blocks {paged:.1%}.",
@@ -91,7 +101,7 @@ def _decode(batch: int):
 def batching() -> Bound:
     one, many = _decode(1), _decode(64)
     return Bound(
-        "02", "Continuous batching", "02_batching.ipynb", MEMORY_BANDWIDTH,
+        "02", MEMORY_BANDWIDTH,
         f"A decode step at batch 1 reads {one.bytes / 1e9:.1f} GB (the weights, mostly) for "
         f"{one.flops / 1e9:.0f} GFLOPs and takes {_ms(one.time_s)}; at batch 64 it reads {many.bytes / 1e9:.1f} GB "
         f"and takes {_ms(many.time_s)}: 64 tokens for {many.time_s / one.time_s:.1f}x the time of one.",
@@ -107,7 +117,7 @@ def scheduler(document: int = 16_000, decoders: int = 32, budget: int = 2048) ->
     whole = step_cost(model, gpu, decodes + [(0, document)]).time_s
     chunked = step_cost(model, gpu, decodes + [(0, budget - decoders)]).time_s
     return Bound(
-        "03", "The V1 scheduler", "03_scheduler.ipynb", LATENCY,
+        "03", LATENCY,
         f"{decoders} decodes alone take {_ms(alone)} a step; with a whole {document:,}-token prompt in the same step, "
         f"{_ms(whole)}: every user's next token waits for it. Within a {budget:,}-token budget the step is "
         f"{_ms(chunked)}.",
@@ -123,7 +133,7 @@ def roofline() -> Bound:
     tokens = expected_tokens_per_step(0.8, 4)
     transfer = kv_transfer(get_model(LARGE_MODEL), 10_000, get_link(INFINIBAND_NDR).bandwidth)
     return Bound(
-        "04", "Throughput vs latency", "04_roofline.ipynb", MEMORY_BANDWIDTH,
+        "04", MEMORY_BANDWIDTH,
         f"The {gpu.name}'s ridge point is {ridge_point(gpu):.0f} FLOPs per byte: a 2,048-token prefill does "
         f"{prefill.arithmetic_intensity:,.0f} (compute-bound), a batch-1 decode {decode.arithmetic_intensity:.1f} "
         f"(bandwidth-bound). Drafts accepted at 0.8 with k = 4 give {tokens:.2f} tokens per weight read; shipping "
@@ -138,7 +148,7 @@ def collectives(num_ranks: int = 8, size: int = 2**30) -> Bound:
     nvlink = get_link(NVLINK_4)
     seconds = RING.time(num_ranks, size, 0.0, nvlink.beta)
     return Bound(
-        "05", "Collective primitives", "05_collectives.ipynb", INTERCONNECT_BANDWIDTH,
+        "05", INTERCONNECT_BANDWIDTH,
         f"An all-reduce is a reduce-scatter plus an all-gather: each of {num_ranks} ranks sends "
         f"{RING.volume(num_ranks):.2f}x the message, so 1 GiB of gradients takes {_ms(seconds)} at "
         f"{nvlink.bandwidth / 1e9:.0f} GB/s each way.",
@@ -153,7 +163,7 @@ def ring_vs_tree(num_ranks: int = 512, size: int = 4096) -> Bound:
     tree = DOUBLE_BINARY_TREE.time(num_ranks, size, ib.alpha_s, ib.beta, TREE_CHUNK_BYTES)
     crossover = crossover_bytes(BINARY_TREE, RING, num_ranks, ib.alpha_s, ib.beta)
     return Bound(
-        "06", "Ring vs tree", "06_ring_vs_tree.ipynb", LATENCY,
+        "06", LATENCY,
         f"4 KiB on {num_ranks} GPUs over InfiniBand: the ring's {2 * (num_ranks - 1):,} hops take {_us(ring)}, a "
         f"double binary tree {_us(tree)} ({ring / tree:.0f}x less); the ring overtakes a tree only above "
         f"{format_bytes(crossover)}.",
@@ -167,7 +177,7 @@ def nccl_topology(size: int = 25 * MiB) -> Bound:
     flat = topology.flat_ring_crossing(cluster, size).busiest_nic
     hierarchical = topology.hierarchical_crossing(cluster, size).busiest_nic
     return Bound(
-        "07", "NCCL, topology and overlap", "07_nccl_topology.ipynb", INTERCONNECT_BANDWIDTH,
+        "07", INTERCONNECT_BANDWIDTH,
         f"NVLink carries {nvlink.bandwidth / 1e9:.0f} GB/s each way, one InfiniBand NDR NIC "
         f"{ib.bandwidth / 1e9:.0f} GB/s ({nvlink.bandwidth / ib.bandwidth:.0f}x less). A 25 MiB bucket on two nodes "
         f"of 8 with one NIC each: a flat ring pushes {format_bytes(flat)} through a NIC, a hierarchical all-reduce "
@@ -186,7 +196,7 @@ def fused_tp(num_ranks: int = 8, tokens: int = 16) -> Bound:
     best = tp_all_reduce.fastest(num_ranks, size)
     other = next(name for name in ("one-shot", "two-shot") if name != best)
     return Bound(
-        "08", "Fused TP kernels and MoE serving", "08_fused_tp.ipynb", LATENCY,
+        "08", LATENCY,
         f"{model.name} at TP={num_ranks}, decoding {tokens} sequences: {per_step} all-reduces of "
         f"{format_bytes(size)} per step, all on the critical path: {_ms(times['ring'])} with the ring, "
         f"{_ms(times[best])} {best} (the fastest at this size; {other} {_ms(times[other])}).",
@@ -204,14 +214,14 @@ def quantization() -> Bound:
     best = quant_cost.best_scheme(model, gpu, 1)
     crossover = quant_cost.crossover_batch(model, gpu)
     return Bound(
-        "09", "Serving trade-offs: quantization", "09_serving_tradeoffs.ipynb", MEMORY_BANDWIDTH,
+        "09", MEMORY_BANDWIDTH,
         f"{model.name}'s weights are {bf16 / 1e9:.1f} GB in BF16 ({gpus_bf16} H100s before any KV cache), "
         f"{w4 / 1e9:.1f} GB in W4A16 ({gpus_w4}). At batch 1 {best} is fastest; FP8 W8A8 overtakes it from "
         f"batch {crossover}, once W4A16's step is compute-bound on the BF16 tensor cores.",
         "weight-only 4-bit (W4A16) for bandwidth-bound small batches, FP8 W8A8 for compute-bound throughput, "
         "both behind an accuracy gate",
         {"bf16_bytes": bf16, "w4a16_bytes": w4, "bf16_gpus": gpus_bf16, "w4a16_gpus": gpus_w4,
-         "fp8_crossover_batch": crossover})
+         "fp8_crossover_batch": crossover}, aspect="quantization")
 
 
 def kv_offload(tokens: int = 10_100) -> Bound:
@@ -221,12 +231,12 @@ def kv_offload(tokens: int = 10_100) -> Bound:
     reload = kv_tiers.reload_time(model, tokens, tier)
     recompute = kv_tiers.recompute_time(model, tokens, gpu, flops=RECOMPUTE_FLOPS)
     return Bound(
-        "09", "Serving trade-offs: KV offload", "09_serving_tradeoffs.ipynb", KV_MEMORY,
+        "09", KV_MEMORY,
         f"A {tokens:,}-token prefix of {model.name} is {size / 1e9:.2f} GB of KV: {_ms(reload)} to reload from CPU "
         f"memory against {recompute:.2f} s to recompute, {recompute / reload:.0f}x slower.",
         "KV offload tiers (CPU memory, NVMe, shared pools) with DMA copies; reload rather than recompute long "
         "prefixes",
-        {"kv_bytes": size, "reload_s": reload, "recompute_s": recompute})
+        {"kv_bytes": size, "reload_s": reload, "recompute_s": recompute}, aspect="KV offload")
 
 
 def resource_map() -> list[Bound]:
@@ -236,11 +246,12 @@ def resource_map() -> list[Bound]:
 
 
 def as_markdown(rows: list[Bound], link_prefix: str = "") -> str:
-    """A Markdown table of ``rows``, each module's title linking to ``link_prefix + lesson``."""
+    """A Markdown table of ``rows``, each module's outline title linking to ``link_prefix + lesson``,
+    followed by the row's aspect, if any."""
     lines = ["| module | what bounds you | the numbers | what relieves it |", "|---|---|---|---|"]
     for row in rows:
-        cells = (f"[{row.module} {row.title}]({link_prefix}{row.lesson})", f"**{row.resource}**", row.evidence,
-                 row.technique)
+        name = f"[{row.module} {row.title}]({link_prefix}{row.lesson})" + (f": {row.aspect}" if row.aspect else "")
+        cells = (name, f"**{row.resource}**", row.evidence, row.technique)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -317,6 +328,38 @@ STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
         'did you say why it is lossless, why it stops paying under load (compute-bound batches), and how you '
         'would gate and measure it?'),
     StaffQuestion(
+        'dp-at-scale', 'Data parallelism at scale', '07_nccl_topology.ipynb',
+        'Data-parallel training scales well to 8 GPUs, but throughput per GPU collapses at 512. How do you diagnose '
+        'it?',
+        'I would apply the communication roofline test: t_comm for the gradient all-reduce (the bytes each GPU sends '
+        'over the busbw of the link that paces it) against the backward pass it must hide behind. Past one node every '
+        'ring step crosses InfiniBand: little bandwidth is lost if there is a NIC per GPU, a lot if the nodes have few '
+        "NICs, and a ring's latency, 2(N-1) hops per bucket, grows linearly with N. At 512 GPUs t_comm exceeds "
+        'backward and overlap cannot hide it. I would measure busbw across nodes with nccl-tests, then make sure NCCL '
+        'uses trees at that scale, use bigger buckets, more tokens per GPU (gradient accumulation), fewer gradient '
+        'bytes, or sharded data parallelism.',
+        'did you compare communication with the compute it overlaps, name what changes at the node boundary (hops, '
+        'NICs) and the latency that grows with N, and propose fixes that act on those terms?'),
+    StaffQuestion(
+        'column-then-row', 'Column, then row', '08_fused_tp.ipynb',
+        'Why split the first MLP matmul by columns and the second by rows?',
+        'Because the activation between them is elementwise but not linear. Splitting the first weight by columns '
+        'gives each GPU complete values of its share of the hidden features, so GeLU is exact locally; those features '
+        'are what the matching rows of the second weight multiply, so each GPU produces a partial sum of the output '
+        'and one all-reduce finishes the block. The conjugate operators make it one all-reduce forward (g) and one '
+        'backward (f). The other order leaves partial sums before the nonlinearity and needs a collective there too.',
+        'did you say why the nonlinearity forces the first split, why the second split needs no communication before '
+        'it, and count the all-reduces forward and backward?'),
+    StaffQuestion(
+        'fused-all-reduce', 'Fused all-reduce for TP', '08_fused_tp.ipynb',
+        'Why do fused one-shot all-reduce kernels matter for tensor parallelism but not for DDP?',
+        "TP's all-reduces are small (one activation per layer), latency-bound and on the critical path: the next "
+        "layer needs the result, so nothing overlaps them, and a ring's 2(N-1) rounds and separate kernel launches "
+        'dominate. One-shot over symmetric memory takes one round, and fusing the residual add and norm removes '
+        "launches and memory round trips. DDP's buckets are large and overlap the backward pass, so the "
+        'bandwidth-optimal ring is right.',
+        'did you name message size, latency and the critical path for TP, and overlap and bandwidth for DDP?'),
+    StaffQuestion(
         'quantization', 'Quantization', '09_serving_tradeoffs.ipynb',
         'Which quantization scheme would you ship for a model, and what must it pass first?',
         'I match the scheme to the bottleneck at the operating point. Weight-only 4-bit (W4A16, with mixed-input '
@@ -350,8 +393,8 @@ STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
         'did you start by measuring, name a bound before a technique, cover all four resources, and end with '
         'measuring again?'),
 )
-"""The seven staff answers (paging to reload or recompute, in the order the course teaches them),
-then the question the whole course builds towards."""
+"""The staff answers in the order the course teaches them (each lesson shows its own; the final
+review asks seven of them again), then the question the whole course builds towards."""
 
 
 def staff_question(key: str) -> StaffQuestion:

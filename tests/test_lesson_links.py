@@ -1,4 +1,5 @@
-"""Lessons link to files that exist, and every lesson ends by pointing to its exercise and what comes next."""
+"""Lessons link to files that exist, and every lesson ends by pointing to its exercise, the next lesson
+and the course home (course_lib/outline.py says which)."""
 
 import json
 import re
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from course_lib import outline
 from course_lib.paths import REPO_ROOT
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -25,14 +27,19 @@ def test_every_notebook_link_resolves(notebook):
             assert (notebook.parent / target).resolve().exists(), f"{notebook.name} links to missing {target}"
 
 
-@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.name)
-def test_lesson_ends_with_links_to_its_exercise_and_the_next_step(lesson):
-    last = _markdown(lesson)[-1]
+@pytest.mark.parametrize("lesson", outline.OUTLINE, ids=lambda entry: entry.file)
+def test_lesson_ends_with_links_to_its_exercise_the_next_lesson_and_the_course_home(lesson):
+    """The hand-off: the last cell links the exercise (if any), the next lesson by its outline name
+    ('Module 05 · Collective communication primitives'), and the course home."""
+    last = _markdown(REPO_ROOT / "notebooks" / lesson.file)[-1]
     targets = LINK.findall(last)
-    exercise = REPO_ROOT / "exercises" / lesson.name
-    if exercise.exists():
-        assert f"../exercises/{lesson.name}" in targets, f"{lesson.name} must end with a link to its exercise"
-    assert any(not t.startswith("../") for t in targets), f"{lesson.name} must end with a link to the next lesson"
+    if lesson.exercise:
+        assert f"../exercises/{lesson.exercise}" in targets, f"{lesson.file} must end with a link to its exercise"
+    following = outline.next_lesson(lesson)
+    if following:
+        assert f"[{following.name}]({following.file})" in last, \
+            f"{lesson.file} must end with a link '[{following.name}]({following.file})' to the next lesson"
+    assert outline.HOME in targets, f"{lesson.file} must end with a link to the course home, {outline.HOME}"
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.name)

@@ -75,17 +75,21 @@ def test_the_table_links_every_lesson_and_quotes_the_figures():
     assert "128.0 KiB" in table and "62.6%" in table and "3.36 tokens" in table and "1.32 GB" in table
 
 
-def test_a_row_refuses_an_unknown_resource_or_a_lesson_of_another_module():
+def test_a_row_refuses_an_unknown_resource_or_module_and_takes_its_title_from_the_outline():
     with pytest.raises(ValueError, match="resource must be one of"):
-        review.Bound("01", "x", "01_paging.ipynb", "compute", "", "")
-    with pytest.raises(ValueError, match="01_\\*.ipynb"):
-        review.Bound("01", "x", "02_batching.ipynb", review.LATENCY, "", "")
+        review.Bound("01", "compute", "", "")
+    with pytest.raises(KeyError, match="No module '11'"):
+        review.Bound("11", review.LATENCY, "", "")
+    row = review.Bound("04", review.LATENCY, "", "")
+    assert (row.title, row.lesson) == ("Throughput versus latency", "04_roofline.ipynb")
 
 
-def test_the_staff_questions_are_the_seven_techniques_then_the_through_line():
+def test_the_staff_questions_follow_the_course_then_the_through_line():
     keys = [q.key for q in review.STAFF_QUESTIONS]
     assert keys == ["paging", "prefix-caching", "scheduling", "disaggregation", "speculative-decoding",
-                    "quantization", "reload-or-recompute", "through-line"]
+                    "dp-at-scale", "column-then-row", "fused-all-reduce", "quantization", "reload-or-recompute",
+                    "through-line"]
+    assert [q.lesson for q in review.STAFF_QUESTIONS] == sorted(q.lesson for q in review.STAFF_QUESTIONS)
     for q in review.STAFF_QUESTIONS:
         assert (QUIZ_DIR / q.lesson.replace(".ipynb", ".yaml")).exists(), q.lesson
         assert q.question.endswith("?") and q.answer and q.compare.startswith("did you")
