@@ -5,6 +5,7 @@ import pytest
 from course_lib.engine.llm import LLM
 from course_lib.engine.measured_roofline import engine_model_spec, measure_engine_steps
 from course_lib.perf.machine import measure_machine
+from course_lib.perf.roofline import ridge_point
 
 
 def test_the_engines_model_as_a_spec_counts_its_parameters():
@@ -27,3 +28,7 @@ def test_measured_steps_carry_real_times_and_the_models_work():
     assert prefill_64.flops > 7 * prefill_8.flops  # FLOPs grow with the prompt; the weights are read once
     assert prefill_64.arithmetic_intensity > prefill_8.arithmetic_intensity
     assert points[0].achieved_flops == pytest.approx(prefill_8.flops / points[0].measured_s)
+    # costed against the measured roofs themselves: their ridge decides the label, no fixed cost is added
+    for point in points:
+        assert point.cost.overhead_s == 0 and point.cost.compute_s == pytest.approx(point.cost.flops / machine.bf16_flops)
+        assert point.cost.bound == ("compute" if point.cost.arithmetic_intensity >= ridge_point(machine) else "memory")

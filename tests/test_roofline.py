@@ -1,8 +1,10 @@
+import random
+
 import pytest
 
-from course_lib.perf.hardware import get_gpu
-from course_lib.perf.models import get_model
-from course_lib.perf.roofline import Efficiency, step_cost
+from course_lib.perf.hardware import GPUS, get_gpu
+from course_lib.perf.models import MODELS, get_model
+from course_lib.perf.roofline import AT_THE_ROOFS, Efficiency, reachable_ridge_point, ridge_point, step_cost
 
 H100, LLAMA = get_gpu("H100-80GB"), get_model("Llama-3-8B")
 EXACT = Efficiency(compute=1.0, memory=1.0, overhead_s=0.0)
@@ -48,3 +50,37 @@ def test_moe_multiplies_only_active_parameters_but_reads_all_weights():
     cost = step_cost(mixtral, H100, [(0, 1)], efficiency=EXACT)
     assert cost.flops == pytest.approx(2 * 12.9e9 + 4 * 32 * 32 * 128 * 1)
     assert cost.bytes == pytest.approx(46.7e9 * 2 + 131072 * 2)
+
+
+def test_the_reachable_ridge_is_the_peaks_ridge_times_the_efficiencies():
+    assert ridge_point(H100) == pytest.approx(989e12 / 3.35e12)  # 295 FLOP/byte
+    assert reachable_ridge_point(H100) == pytest.approx(989e12 * 0.5 / (3.35e12 * 0.8))  # 184.5 FLOP/byte
+    assert reachable_ridge_point(H100, efficiency=AT_THE_ROOFS) == ridge_point(H100)
+    assert reachable_ridge_point(H100, "fp8") == pytest.approx(1979e12 * 0.5 / (3.35e12 * 0.8))
+
+
+@pytest.mark.parametrize("efficiency", [Efficiency(), AT_THE_ROOFS, Efficiency(compute=0.9, memory=0.6)],
+                         ids=["default", "at the roofs", "compute 90%, memory 60%"])
+def test_bound_is_the_intensity_against_the_ridge_of_the_roofs_the_step_runs_against(efficiency):
+    """One definition of compute-bound: intensity at or above the ridge. The label the cost model
+    derives from its times agrees with it, for every GPU, model and dtype, on steps from a batch-1
+    decode to long prefills."""
+    rng, checked = random.Random(4), 0
+    for _ in range(400):
+        gpu, model, dtype = get_gpu(rng.choice(list(GPUS))), get_model(rng.choice(list(MODELS))), rng.choice(["bf16", "fp8"])
+        requests = [(rng.choice([0, rng.randint(1, 8000)]), rng.choice([1, rng.randint(1, 4096)]))
+                    for _ in range(rng.randint(1, 300))]
+        cost, ridge = step_cost(model, gpu, requests, dtype, efficiency), reachable_ridge_point(gpu, dtype, efficiency)
+        if abs(cost.arithmetic_intensity / ridge - 1) < 1e-9:
+            continue  # exactly at the ridge rounding decides; never the case for these steps
+        assert cost.bound == ("compute" if cost.arithmetic_intensity >= ridge else "memory")
+        checked += 1
+    assert checked == 400
+
+
+def test_a_step_between_the_ridges_is_compute_bound_at_the_reachable_roofs_and_memory_bound_at_the_peaks():
+    """A 190-token prefill of Llama-3.1-8B on an H100: 190 FLOP/byte, between 184.5 and 295."""
+    model = get_model("Llama-3.1-8B")
+    reachable, peaks = (step_cost(model, H100, [(0, 190)], efficiency=e) for e in (Efficiency(), AT_THE_ROOFS))
+    assert reachable_ridge_point(H100) < reachable.arithmetic_intensity < ridge_point(H100)
+    assert reachable.bound == "compute" and peaks.bound == "memory"

@@ -8,8 +8,15 @@ A step computes ``num_tokens`` new tokens. Its work:
          + KV cache read (every context token of every scheduled request, once per step)
          + KV cache written (the new tokens)
 Time = max(FLOPs / (peak FLOP/s x compute efficiency), bytes / (HBM bandwidth x memory
-efficiency)) + a fixed per-step overhead. Decode steps (few tokens, much to read) land on the
-bandwidth roof; prefill (many tokens per weight read) on the compute roof.
+efficiency)) + a fixed per-step overhead (``Efficiency``: 50 %, 80 % and 0.5 ms by default).
+Decode steps (few tokens, much to read) land on the bandwidth roof; prefill (many tokens per
+weight read) on the compute roof.
+
+One definition of compute-bound: a step's arithmetic intensity is at or above the ridge point
+of the roofs it runs against. Against the peaks that ridge is ``ridge_point`` (peak FLOP/s /
+bandwidth); the step times run against the reachable roofs (the peaks times the efficiencies),
+whose ridge is ``reachable_ridge_point``. ``StepCost.bound`` names the roof that sets the step's
+time, which is the same test against the reachable ridge.
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ class Efficiency:
         require_fraction("memory efficiency", self.memory)
 
 
+AT_THE_ROOFS = Efficiency(compute=1.0, memory=1.0, overhead_s=0.0)
+"""The roofs themselves: no share of a peak lost and no fixed cost per step (the textbook roofline)."""
+
+
 @dataclass(frozen=True)
 class StepCost:
     flops: float
@@ -49,7 +60,8 @@ class StepCost:
 
     @property
     def bound(self) -> str:
-        """'compute' or 'memory': which roof sets the step's time."""
+        """'compute' or 'memory': which roof sets the step's time. The same as comparing the step's
+        arithmetic intensity with ``reachable_ridge_point`` of the efficiency it was costed at."""
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
     @property
@@ -89,13 +101,23 @@ def step_cost(model: ModelSpec, gpu: GPU, requests: list[tuple[int, int]], dtype
     flops = 2 * model.active_params * new_tokens + 4 * model.num_layers * model.num_heads * model.head_dim * pairs
     kv_per_token = model_kv_bytes_per_token(model, dtype)
     moved = model.num_params * dtype_bytes(dtype) + kv_per_token * (context + new_tokens)
-    peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
-    return StepCost(flops, moved, flops / (peak * efficiency.compute),
+    return StepCost(flops, moved, flops / (peak_flops(gpu, dtype) * efficiency.compute),
                     moved / (gpu.hbm_bandwidth * efficiency.memory), efficiency.overhead_s)
 
 
+def peak_flops(gpu: GPU, dtype: str = "bf16") -> float:
+    """The compute roof for ``dtype``: fp8 tensor cores where the GPU has them, else bf16's."""
+    return gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+
+
 def ridge_point(gpu: GPU, dtype: str = "bf16") -> float:
-    """FLOPs per byte where the two roofs meet: peak FLOP/s / memory bandwidth. A step with a
-    lower arithmetic intensity is memory-bound, one with a higher intensity compute-bound."""
-    peak = gpu.fp8_flops if dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
-    return peak / gpu.hbm_bandwidth
+    """FLOPs per byte where the two peak roofs meet: peak FLOP/s / memory bandwidth. Against the
+    peaks, a step with a lower arithmetic intensity is memory-bound, one at or above it compute-bound."""
+    return peak_flops(gpu, dtype) / gpu.hbm_bandwidth
+
+
+def reachable_ridge_point(gpu: GPU, dtype: str = "bf16", efficiency: Efficiency = Efficiency()) -> float:
+    """FLOPs per byte where the reachable roofs meet: (peak FLOP/s x compute efficiency) /
+    (bandwidth x memory efficiency). ``step_cost`` calls a step compute-bound exactly when its
+    intensity is at or above this ridge (up to rounding at the ridge itself)."""
+    return ridge_point(gpu, dtype) * efficiency.compute / efficiency.memory

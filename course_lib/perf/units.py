@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
@@ -16,3 +18,27 @@ def format_bytes(num_bytes: float) -> str:
         if value >= size:
             return f"{sign}{value / size:.1f} {unit}"
     return f"{sign}{value:.0f} B"
+
+
+def format_number(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits as a plain decimal with thousands separators,
+    never in e-notation, trailing zeros after the point dropped: 2048.7 -> '2,049', 184.4 -> '184',
+    1.0249 -> '1.02', 0.5 -> '0.5', 0.000123 -> '0.000123'. Whole digits are never dropped
+    (123456 -> '123,456')."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    rounded = round(value, decimals)
+    if rounded != 0:  # rounding may carry into the next power of ten (9.996 -> 10.0)
+        decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    text = f"{round(value, decimals):,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def format_si(value: float, unit: str, digits: int = 3) -> str:
+    """``value`` with an SI prefix and ``unit``, to ``digits`` significant digits, never in
+    e-notation: (3.35e12, 'B/s') -> '3.35 TB/s', (494.5e12, 'FLOP/s', 4) -> '494.5 TFLOP/s'."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{format_number(value / scale, digits)} {prefix}{unit}"
+    return f"{format_number(value, digits)} {unit}"

@@ -1,10 +1,13 @@
 """Module 04's roofline: where prefill and decode steps of a model land on a GPU's two roofs.
 
 A step's arithmetic intensity is its FLOPs over the bytes it moves (``perf/roofline.py``).
-Below the ridge point (peak FLOP/s / bandwidth) a step is held by memory bandwidth, above it
-by compute. The figure is log-log, one point per step, with the step's numbers on hover:
-prefill steps of several prompt lengths climb to the compute roof, decode steps of several
-batch sizes sit on the bandwidth slope until the batch is large.
+A step is compute-bound when its intensity is at or above the ridge point of the roofs it runs
+against. The step times run against the reachable roofs (``Efficiency``: a share of peak FLOP/s
+and of peak bandwidth, plus a fixed cost per step), so the figure draws the peak roofs and the
+reachable ones, with both ridges, and the readout writes out each chosen step's arithmetic.
+The figure is log-log, one point per step, with the step's numbers on hover: prefill steps of
+several prompt lengths climb to the compute roof, decode steps of several batch sizes sit on
+the bandwidth slope until the batch is large. Every x is in data units (FLOP/byte).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import plotly.graph_objects as go
 
 from course_lib.perf.hardware import GPU, GPUS, get_gpu
 from course_lib.perf.models import MODELS, ModelSpec, get_model
-from course_lib.perf.roofline import StepPoint, ridge_point, step_cost
+from course_lib.perf.roofline import (Efficiency, StepCost, StepPoint, peak_flops, reachable_ridge_point,
+                                      ridge_point, step_cost)
+from course_lib.perf.units import format_number, format_si
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
@@ -33,17 +38,25 @@ def step_points(model: ModelSpec, gpu: GPU, prompt_lengths=PROMPT_LENGTHS, batch
     return points
 
 
-def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None) -> go.Figure:
-    """The two roofs of ``gpu`` (a preset, or a measured machine's ``MachineRoofline.as_gpu()``)
-    and ``points`` on them."""
-    peak_flops, bandwidth = gpu.bf16_flops, gpu.hbm_bandwidth
+def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None,
+                    efficiency: Efficiency | None = None) -> go.Figure:
+    """The peak roofs of ``gpu`` (a preset, or a measured machine's ``MachineRoofline.as_gpu()``)
+    and ``points`` on them; with ``efficiency`` (the one the points were costed at) also the
+    reachable roofs, the peaks times its shares, and their ridge."""
     ridge = ridge_point(gpu)
-    intensities = [p.cost.arithmetic_intensity for p in points] or [ridge]
-    low, high = min(min(intensities), ridge) / 4, max(max(intensities), ridge) * 4
-    roof_x = [low, ridge, high]
+    roofs = [("roofline" if efficiency is None else "peak roofs", 1.0, 1.0, ridge, dict(color="black"))]
+    if efficiency is not None:
+        roofs.append((f"reachable roofs ({efficiency.compute:.0%} of peak FLOP/s, {efficiency.memory:.0%} of peak "
+                      "bandwidth)", efficiency.compute, efficiency.memory,
+                      reachable_ridge_point(gpu, efficiency=efficiency), dict(color="grey", dash="dash")))
+    intensities = [p.cost.arithmetic_intensity for p in points] + [roof[3] for roof in roofs]
+    low, high = min(intensities) / 2, max(intensities) * 2  # the roofs run a little past the outermost step
     fig = go.Figure()
-    fig.add_scatter(x=roof_x, y=[bandwidth * x for x in roof_x[:2]] + [peak_flops], mode="lines", name="roofline",
-                    line=dict(color="black"), hovertemplate="%{x:.3g} FLOP/byte: at most %{y:.3s}FLOP/s<extra></extra>")
+    for name, compute, memory, meet, line in roofs:
+        flops, bandwidth = gpu.bf16_flops * compute, gpu.hbm_bandwidth * memory
+        fig.add_scatter(x=[low, meet, high], y=[bandwidth * low, flops, flops], mode="lines", name=name, line=line,
+                        hovertemplate=f"{name}<br>%{{x:,.3~r}} FLOP/byte: at most %{{y:.3s}}FLOP/s<extra></extra>")
+    against = "the reachable roofs" if efficiency is not None else "the roofs"
     for phase, colour in (("prefill", "#d62728"), ("decode", "#1f77b4")):
         mine = [p for p in points if p.phase == phase]
         if not mine:
@@ -51,11 +64,15 @@ def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None)
         fig.add_scatter(
             x=[p.cost.arithmetic_intensity for p in mine], y=[p.achieved_flops for p in mine], mode="markers+lines",
             name=phase, marker=dict(size=9, color=colour), line=dict(dash="dot", color=colour),
-            text=[f"{p.label}<br>{p.time_s * 1e3:.3g} ms{' measured' if p.measured_s is not None else ''}; "
-                  f"the roofline says {p.cost.bound}-bound, {p.cost.time_s * 1e3:.3g} ms" for p in mine],
-            hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
+            text=[f"{p.label}<br>{format_number(p.time_s * 1e3)} ms{' measured' if p.measured_s is not None else ''}; "
+                  f"against {against}: {p.cost.bound}-bound, {format_number(p.cost.time_s * 1e3)} ms" for p in mine],
+            hovertemplate="%{text}<br>%{x:,.3~r} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
     fig.update_xaxes(type="log", title="arithmetic intensity (FLOPs per byte moved)")
-    mark_x(fig, ridge, f"ridge {ridge:,.0f} FLOP/byte", left=True)
+    if efficiency is None:
+        mark_x(fig, ridge, f"ridge {format_number(ridge)} FLOP/byte", left=True)
+    else:
+        mark_x(fig, ridge, f"ridge {format_number(ridge)} (peaks)", line_color="black")
+        mark_x(fig, roofs[1][3], f"{format_number(roofs[1][3])} (reachable)", left=True)
     fig.update_yaxes(type="log", title="achieved FLOP/s")
     fig.update_layout(title=title or f"Roofline of {gpu.name}", height=430, margin=dict(t=60))
     return fig
@@ -63,21 +80,55 @@ def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None)
 
 def gpu_roofline(model: ModelSpec, gpu: GPU, context_len: int = 1024, chosen: list[StepPoint] = ()) -> go.Figure:
     """The roofline of a GPU preset with ``model``'s prefill and decode steps on it, and the
-    ``chosen`` steps as stars."""
+    ``chosen`` steps as stars, all costed at the default ``Efficiency``."""
     fig = roofline_figure(gpu, step_points(model, gpu, context_len=context_len) + list(chosen),
                           title=f"{model.name} on {gpu.name} (bf16): prefill and decode steps on the roofline "
-                                f"({context_len:,} tokens of decode context)")
+                                f"({context_len:,} tokens of decode context)", efficiency=Efficiency())
     if chosen:
         fig.add_scatter(x=[p.cost.arithmetic_intensity for p in chosen], y=[p.achieved_flops for p in chosen],
                         mode="markers", name="your steps", marker=dict(size=16, symbol="star", color="#2ca02c"),
-                        text=[f"{p.label}<br>{p.time_s * 1e3:.3g} ms, {p.cost.bound}-bound" for p in chosen],
-                        hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
+                        text=[f"{p.label}<br>{format_number(p.time_s * 1e3)} ms, {p.cost.bound}-bound" for p in chosen],
+                        hovertemplate="%{text}<br>%{x:,.3~r} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
     return fig
+
+
+def efficiency_statement(gpu: GPU, efficiency: Efficiency = Efficiency(), dtype: str = "bf16") -> str:
+    """The reachable roofs and their ridge, with the arithmetic, in one sentence (plain text)."""
+    peak, bandwidth = peak_flops(gpu, dtype), gpu.hbm_bandwidth
+    return (f"The step times run against reachable roofs: {efficiency.compute:.0%} of the {format_si(peak, 'FLOP/s')} "
+            f"peak ({format_si(peak * efficiency.compute, 'FLOP/s', 4)}) and {efficiency.memory:.0%} of the "
+            f"{format_si(bandwidth, 'B/s')} bandwidth ({format_si(bandwidth * efficiency.memory, 'B/s', 4)}), plus "
+            f"{format_number(efficiency.overhead_s * 1e3)} ms per step; they meet at "
+            f"{format_number(ridge_point(gpu, dtype), 4)} × {efficiency.compute:.0%} / {efficiency.memory:.0%} = "
+            f"{format_number(reachable_ridge_point(gpu, dtype, efficiency), 4)} FLOP/byte.")
+
+
+def step_time_working(cost: StepCost, gpu: GPU, efficiency: Efficiency = Efficiency(), dtype: str = "bf16") -> str:
+    """How ``step_cost`` reached ``cost.time_s``, written out so it can be redone by hand:
+    max(FLOPs / reachable FLOP/s, bytes / reachable bandwidth) + overhead = time."""
+    flops, bandwidth = peak_flops(gpu, dtype) * efficiency.compute, gpu.hbm_bandwidth * efficiency.memory
+    ms = lambda seconds: f"{format_number(seconds * 1e3)} ms"  # noqa: E731
+    return (f"max({format_si(cost.flops, 'FLOP')} / {format_si(flops, 'FLOP/s', 4)}, {format_si(cost.bytes, 'B')} / "
+            f"{format_si(bandwidth, 'B/s', 4)}) + {ms(cost.overhead_s)} = max({ms(cost.compute_s)}, {ms(cost.memory_s)}) "
+            f"+ {ms(cost.overhead_s)} = {ms(cost.time_s)}")
+
+
+def bound_verdict(cost: StepCost, gpu: GPU, efficiency: Efficiency = Efficiency(), dtype: str = "bf16") -> str:
+    """The step's intensity against the reachable ridge, and against the peaks' ridge where they differ."""
+    intensity, reachable, peaks = (cost.arithmetic_intensity, reachable_ridge_point(gpu, dtype, efficiency),
+                                   ridge_point(gpu, dtype))
+    verdict = (f"{format_number(intensity)} FLOP/byte, {'at or above' if cost.bound == 'compute' else 'below'} "
+               f"{format_number(reachable, 4)}: {cost.bound}-bound")
+    if (intensity >= reachable) != (intensity >= peaks):
+        verdict += f" (against the peaks' ridge of {format_number(peaks)} it would be " + (
+            "memory-bound)" if intensity < peaks else "compute-bound)")
+    return verdict
 
 
 class RooflineExplorer(w.VBox):
     """GPU and model presets, the decode context, and one prefill and one decode step of your
-    choosing (stars); the roofline redraws in place on every change."""
+    choosing (stars); the roofline redraws in place on every change, and the readout writes out
+    the chosen steps' arithmetic at the efficiencies the step times use."""
 
     def __init__(self, model: str = "Llama-3.1-8B", gpu: str = "H100-80GB", context_len: int = 1024,
                  prompt_len: int = 2048, batch_size: int = 32) -> None:
@@ -99,9 +150,11 @@ class RooflineExplorer(w.VBox):
         model, gpu, context = get_model(self.model.value), get_gpu(self.gpu.value), self.context.value
         prefill = StepPoint("chosen", f"your prefill of {self.prompt.value:,} tokens",
                             step_cost(model, gpu, [(0, self.prompt.value)]))
-        decode = StepPoint("chosen", f"your decode, batch {self.batch.value:,}",
+        decode = StepPoint("chosen", f"your decode, batch {self.batch.value:,} at {context:,} tokens of context",
                            step_cost(model, gpu, [(context, 1)] * self.batch.value))
-        self.readout.value = f"Ridge point <b>{ridge_point(gpu):.0f} FLOP/byte</b>. " + " ".join(
-            f"{p.label.capitalize()}: {p.cost.arithmetic_intensity:.3g} FLOP/byte, <b>{p.cost.bound}-bound</b>, "
-            f"{p.cost.time_s * 1e3:.3g} ms." for p in (prefill, decode))
+        steps = "".join(f"<li>{p.label.capitalize()}: {bound_verdict(p.cost, gpu)}. Time = "
+                        f"{step_time_working(p.cost, gpu)}.</li>" for p in (prefill, decode))
+        self.readout.value = (
+            f"<b>{model.name} on {gpu.name}</b>: ridge point of the peaks <b>{format_number(ridge_point(gpu))} "
+            f"FLOP/byte</b>. {efficiency_statement(gpu)} A step at or above that ridge is compute-bound.<ul>{steps}</ul>")
         self.figure.show(gpu_roofline(model, gpu, context, [prefill, decode]))

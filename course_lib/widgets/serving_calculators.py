@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from course_lib.perf.comm import LINKS
 from course_lib.perf.models import MODELS, get_model
 from course_lib.perf.serving import expected_tokens_per_step, kv_transfer, pd_ratio
-from course_lib.perf.units import format_bytes
+from course_lib.perf.units import format_bytes, format_number
 from course_lib.widgets.figure_pane import one_at_a_time
 
 _WIDE = dict(continuous_update=False, style={"description_width": "16em"}, layout=w.Layout(width="520px"))
@@ -39,11 +39,11 @@ class PDRatioCalculator(w.VBox):
         r = pd_ratio(self.num_seqs.value, self.tpot_ms.value / 1e3, self.output_len.value, self.prefill.value)
         self.ratio = r
         self.readout.value = (
-            f"{r.num_seqs} sequences / {r.tpot_s * 1e3:g} ms = <b>{r.decode_tokens_per_s:,.0f} tokens/s</b> per decode "
-            f"instance; / {r.output_len} tokens = <b>{r.decode_requests_per_s:.3g} requests/s</b>. One prefill instance "
-            f"serves {r.prefill_requests_per_s:g} requests/s, so each decode instance needs "
-            f"<b>{r.prefill_per_decode:.3g} prefill instances</b> (for 10 decode instances: "
-            f"{r.prefill_instances_for(10)} prefill instances).")
+            f"{r.num_seqs:,} sequences / {format_number(r.tpot_s * 1e3)} ms = <b>{r.decode_tokens_per_s:,.0f} tokens/s"
+            f"</b> per decode instance; / {r.output_len:,} tokens = <b>{format_number(r.decode_requests_per_s)} "
+            f"requests/s</b>. One prefill instance serves {format_number(r.prefill_requests_per_s)} requests/s, so each "
+            f"decode instance needs <b>{format_number(r.prefill_per_decode)} prefill instances</b> (for 10 decode instances: "
+            f"{r.prefill_instances_for(10):,} prefill instances).")
 
 
 class KVTransferCalculator(w.VBox):
@@ -66,12 +66,13 @@ class KVTransferCalculator(w.VBox):
         model, link = get_model(self.model.value), LINKS[self.link.value]
         t = kv_transfer(model, self.tokens.value, link.bandwidth, pipelined=self.pipelined.value)
         self.transfer = t
-        exposed = (f"layer by layer, only the last of {t.num_layers} layers waits: <b>{t.exposed_s * 1e3:.3g} ms</b> "
-                   "exposed (if the link keeps up with the prefill)" if t.pipelined
-                   else f"sent after the prefill, all of it is exposed: <b>{t.exposed_s * 1e3:.3g} ms</b>")
+        exposed = (f"layer by layer, only the last of {t.num_layers} layers waits: <b>{format_number(t.exposed_s * 1e3)} "
+                   "ms</b> exposed (if the link keeps up with the prefill)" if t.pipelined
+                   else f"sent after the prefill, all of it is exposed: <b>{format_number(t.exposed_s * 1e3)} ms</b>")
         self.readout.value = (
-            f"{t.num_tokens:,} tokens of {model.name} KV = <b>{t.bytes / 1e9:.3g} GB</b> ({format_bytes(t.bytes)}); at "
-            f"{link.bandwidth / 1e9:g} GB/s that takes {t.time_s * 1e3:.3g} ms; {exposed}.")
+            f"{t.num_tokens:,} tokens of {model.name} KV = <b>{format_number(t.bytes / 1e9)} GB</b> "
+            f"({format_bytes(t.bytes)}); at {format_number(link.bandwidth / 1e9)} GB/s that takes "
+            f"{format_number(t.time_s * 1e3)} ms; {exposed}.")
 
 
 def expected_tokens_figure(max_drafts: int = 8, rates=(0.5, 0.6, 0.7, 0.8, 0.9)) -> go.Figure:
