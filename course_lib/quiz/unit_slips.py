@@ -38,15 +38,19 @@ def _unit_at(scale: float, family: dict[str, float], suffix: str) -> str | None:
     return next((name + suffix for name, s in family.items() if abs(s / scale - 1) < 1e-6), None)
 
 
+def slip_factors(unit: str) -> dict[float, str]:
+    """The factors that make a unit slip in ``unit``, with how to say them."""
+    known = _family(unit)
+    if known is not None and known[0] is _DATA:
+        return UNIT_FACTORS | _DATA_ONLY
+    return {f: said for f, said in UNIT_FACTORS.items() if f != 8.0}
+
+
 def unit_slip(value: float, answer: float, unit: str, accepts: Callable[[float, float], bool]) -> str | None:
     """What to tell a learner whose ``value`` is off by a unit factor from ``answer`` (``accepts``
     judges a value against the answer), or None when no factor explains it."""
     known = _family(unit)
-    factors = dict(UNIT_FACTORS)
-    if known is not None and known[0] is _DATA:
-        factors.update(_DATA_ONLY)
-    else:
-        factors.pop(8.0)
+    factors = slip_factors(unit)
     slips = [(abs(value * f / answer - 1) if small else abs(value / f / answer - 1), f, small)
              for f in factors for small in (True, False)
              if answer and accepts(value * f if small else value / f, answer)]
