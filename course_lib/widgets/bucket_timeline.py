@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from course_lib.collectives.ddp_timeline import BucketTimeline
 from course_lib.perf.units import format_bytes
 from course_lib.widgets.plotly_pane import PlotlyPane
+from course_lib.widgets.selection_readout import with_readout
 
 COMPUTE, COMM = "#1f77b4", "#ff7f0e"
 
@@ -101,7 +102,7 @@ class BucketTimelineExplorer(w.VBox):
                             f"</tr>{table}</table>")
         self.cap.observe(self._redraw, "value")
         self._redraw()
-        super().__init__([self.cap, self.readout, self.pane, self.table])
+        super().__init__([with_readout(self.cap), self.readout, self.pane, self.table])
 
     def _redraw(self, *_) -> None:
         timeline = self.rows[self.cap.value]["timeline"]

@@ -17,6 +17,7 @@ from course_lib.perf.hardware import GPU
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.workloads import WorkloadRequest
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
+from course_lib.widgets.selection_readout import with_readout
 
 BUDGETS = [2**k for k in range(8, 15)]  # 256 .. 16384
 THRESHOLDS = [("off", 0)] + [(str(2**k), 2**k) for k in range(8, 14)]  # 256 .. 8192
@@ -97,7 +98,7 @@ class TokenBudgetExplorer(w.VBox):
         self.table, self.figure = w.HTML(), FigurePane()
         for control in (self.budget, self.threshold):
             control.observe(lambda _: self.refresh(), "value")
-        super().__init__([self.budget, self.threshold, self.table, self.figure])
+        super().__init__([with_readout(self.budget), with_readout(self.threshold), self.table, self.figure])
         self.refresh()
 
     def report(self) -> SimulationReport:

@@ -19,6 +19,7 @@ from course_lib.perf.comm_roofline import (
 from course_lib.perf.topology import ALL_REDUCES
 from course_lib.perf.units import MiB
 from course_lib.widgets.plotly_pane import PlotlyPane
+from course_lib.widgets.selection_readout import with_readout
 
 GPU_COUNTS = (1, 2, 4, *DDP_GPU_COUNTS, 1024)
 NIC_COUNTS = (1, 2, 4, 8)
@@ -104,7 +105,7 @@ class CommRooflineCalculator(w.VBox):
         for control in controls:
             control.observe(self._redraw, "value")
         self._redraw()
-        super().__init__([*controls, self.verdict, self.pane])
+        super().__init__([*map(with_readout, controls), self.verdict, self.pane])
 
     def settings(self) -> dict:
         return {"nics_per_node": self.nics.value, "all_reduce": self.all_reduce.value,

@@ -20,6 +20,7 @@ from course_lib.perf.comm import (
 from course_lib.perf.units import KiB, format_bytes
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
+from course_lib.widgets.selection_readout import with_readout
 
 SIZES = np.logspace(10, 32, 200, base=2)  # 1 KiB .. 4 GiB
 COLOURS = {"ring": "#1f77b4", "binary tree": "#ff7f0e", "double binary tree": "#2ca02c"}  # the message: red
@@ -113,7 +114,8 @@ class CrossoverExplorer(w.VBox):
         self.link.observe(lambda _: self.load_link(), "value")
         for control in (self.num_ranks, self.alpha_us, self.bandwidth, self.message, self.chunk):
             control.observe(lambda _: self.refresh(), "value")
-        super().__init__([self.link, self.num_ranks, self.alpha_us, self.bandwidth, self.message, self.chunk,
+        super().__init__([self.link, *map(with_readout, (self.num_ranks, self.alpha_us, self.bandwidth, self.message)),
+                          self.chunk,
                           self.verdict, self.pane, self.model])
         self.refresh()
 

@@ -16,6 +16,7 @@ import ipywidgets as w
 from course_lib.models.tokenizer import ByteTokenizer
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 from course_lib.widgets.hash_chain import draw_hash_chains, hash_chains, prefix_hits
+from course_lib.widgets.selection_readout import with_readout
 
 BLOCK_SIZES = [4, 8, 16, 32]
 TOKENIZER = ByteTokenizer()
@@ -65,7 +66,7 @@ class HashChainExplorer(w.VBox):
         self.readout, self.figure = w.HTML(), FigurePane()
         for control in (self.prompt, self.block_size, self.cache_salt):
             control.observe(lambda _: self.refresh(), "value")
-        super().__init__([self.prompt, w.HBox([self.block_size, self.cache_salt]), self.readout, self.figure])
+        super().__init__([self.prompt, w.HBox([with_readout(self.block_size), self.cache_salt]), self.readout, self.figure])
         self.refresh()
 
     def served(self) -> tuple[dict[str, list[int]], dict[str, str | None]]:

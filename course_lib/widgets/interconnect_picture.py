@@ -12,6 +12,7 @@ from matplotlib.patches import FancyBboxPatch
 from course_lib.perf.interconnect import INFINIBAND_NDR, NVLINK_4, PCIE_GEN5, get_link, host_bounce_time
 from course_lib.perf.units import MiB, format_bytes
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
+from course_lib.widgets.selection_readout import with_readout
 
 GPUS_PER_NODE = 8
 NVLINK_PATH = "in a node: NVLink"
@@ -116,7 +117,7 @@ class InterconnectPicture(w.VBox):
         self.path.observe(self._redraw, "value")
         self.size_mib.observe(self._redraw, "value")
         self._redraw()
-        super().__init__([self.path, self.size_mib, self.readout, self.figure])
+        super().__init__([self.path, with_readout(self.size_mib), self.readout, self.figure])
 
     @one_at_a_time
     def _redraw(self, *_) -> None:

@@ -8,6 +8,7 @@ from course_lib.perf.kv import DTYPE_BYTES, kv_bytes_per_token
 from course_lib.perf.models import MODELS, ModelSpec, attention_variants, kv_head_choices
 from course_lib.perf.units import GiB, format_bytes
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
+from course_lib.widgets.selection_readout import with_readout
 
 CONTEXTS = [2**k for k in range(9, 18)]  # 512 .. 131072 tokens
 
@@ -41,7 +42,8 @@ class KVCalculator(w.VBox):
         self.preset.observe(lambda _: self.load_preset(), "value")
         for control in (self.layers, self.kv_heads, self.head_dim, self.dtype, self.context, self.batch):
             control.observe(lambda _: self.refresh(), "value")
-        controls = w.VBox([self.preset, self.layers, self.kv_heads, self.head_dim, self.dtype, self.context, self.batch])
+        controls = w.VBox([self.preset, self.layers, with_readout(self.kv_heads), self.head_dim, self.dtype,
+                           with_readout(self.context), self.batch])
         super().__init__([w.HBox([controls, self.readout]), self.figure])
 
     @property

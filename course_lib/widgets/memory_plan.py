@@ -12,6 +12,7 @@ from course_lib.perf.kv import KVCacheMemoryError, plan_kv_cache, split_memory
 from course_lib.perf.models import MODELS
 from course_lib.perf.units import GiB
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
+from course_lib.widgets.selection_readout import with_readout
 
 MODEL_LENGTHS = [2**k for k in range(11, 18)]  # 2048 .. 131072
 
@@ -33,7 +34,8 @@ class MemoryPlanExplorer(w.VBox):
         controls = [self.gpu, self.model, self.utilization, self.max_model_len, self.tensor_parallel]
         for control in controls:
             control.observe(lambda _: self.refresh(), "value")
-        super().__init__([w.HBox([w.VBox(controls[:3]), w.VBox(controls[3:])]), self.verdict, self.figure])
+        shown = [with_readout(control) for control in controls]
+        super().__init__([w.HBox([w.VBox(shown[:3]), w.VBox(shown[3:])]), self.verdict, self.figure])
         self.refresh()
 
     def settings(self) -> dict:

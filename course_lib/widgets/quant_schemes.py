@@ -29,6 +29,7 @@ from course_lib.perf.quant_cost import (
 from course_lib.perf.units import GB
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
+from course_lib.widgets.selection_readout import with_readout
 
 BATCH_STOPS = tuple(2**k for k in range(11))  # the slider: 1, 2, 4, ... 1024
 CHART_BATCHES = tuple(int(b) for b in np.unique(np.round(np.logspace(0, 10, 61, base=2))))  # 1 .. 1024
@@ -168,8 +169,8 @@ class QuantSchemes(w.VBox):
         self.best: str | None = None
         for control in (self.model, self.gpu, self.batch, self.context_len):
             control.observe(lambda _: self.redraw(), "value")
-        super().__init__([w.HTML("<h3>What fits, and which kernel wins?</h3>"), self.model, self.gpu, self.batch,
-                          self.context_len, w.HBox(list(self.cards.values()), layout=w.Layout(flex_flow="row wrap", grid_gap="6px")), self.verdict, self.pane])
+        super().__init__([w.HTML("<h3>What fits, and which kernel wins?</h3>"), self.model, self.gpu,
+                          with_readout(self.batch), with_readout(self.context_len), w.HBox(list(self.cards.values()), layout=w.Layout(flex_flow="row wrap", grid_gap="6px")), self.verdict, self.pane])
         self.redraw()
 
     @one_at_a_time

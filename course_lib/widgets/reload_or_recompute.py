@@ -37,6 +37,7 @@ from course_lib.perf.units import GB
 from course_lib.widgets.crossover import log_options
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
+from course_lib.widgets.selection_readout import with_readout
 
 MIN_LENGTH, MAX_LENGTH, WORKED_LENGTH = 16, 131_072, 10_100
 LENGTH_STOPS = tuple(sorted({int(v) for _, v in log_options(MIN_LENGTH, MAX_LENGTH,
@@ -197,7 +198,7 @@ class ReloadOrRecomputeExplorer(w.VBox):
                         self.include_attention):
             control.observe(lambda _: self.redraw(), "value")
         self.gpu.observe(self._gpu_changed, "value")
-        super().__init__([self.tier, self.model, self.gpu, self.tokens, self.flops_mode, self.tflops,
+        super().__init__([self.tier, self.model, self.gpu, with_readout(self.tokens), self.flops_mode, self.tflops,
                           self.utilization, self.include_attention, self.readout, self.verdict, self.pane, self.floor,
                           w.HTML(f"<p>{DMA_NOTE}</p><p>{PAYS_NOTE}</p>")])
         self.redraw()
