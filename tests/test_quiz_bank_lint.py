@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from course_lib.paths import QUIZ_DIR
-from course_lib.quiz.bank import load_bank
+from course_lib.quiz.bank import load_bank, parse_bank
 from course_lib.quiz.questions import MultiSelect, Numeric, SingleChoice
 from course_lib.quiz.tolerance import KINDS
 from course_lib.quiz.unit_slips import UNIT_FACTORS, slip_factors
@@ -65,10 +65,7 @@ def _stands_out(q, longer: bool) -> bool:
     return min(right) > max(wrong)
 
 
-@pytest.mark.parametrize("bank", BANKS, ids=lambda b: b.source)
-@pytest.mark.parametrize("kind, questions", [pytest.param("single-choice", _singles, id="single"),
-                                              pytest.param("multi-select", _multis, id="multi")])
-def test_no_length_cue(bank, kind, questions):
+def length_cue_problems(bank, kind: str, questions) -> list[str]:
     asked = questions(bank)
     problems = []
     for longer, word, fix in ((True, "longest", "shorten a right option or lengthen a wrong one"),
@@ -79,6 +76,14 @@ def test_no_length_cue(bank, kind, questions):
             problems.append(f"{bank.source}: the right option{'s are' if kind == 'multi-select' else ' is'} the "
                             f"strictly {word} in {len(cued)} of {len(asked)} {kind} questions ({cued}); at most "
                             f"{allowed} may be: in {len(cued) - allowed} of them, {fix}, keeping the meaning.")
+    return problems
+
+
+@pytest.mark.parametrize("bank", BANKS, ids=lambda b: b.source)
+@pytest.mark.parametrize("kind, questions", [pytest.param("single-choice", _singles, id="single"),
+                                              pytest.param("multi-select", _multis, id="multi")])
+def test_no_length_cue(bank, kind, questions):
+    problems = length_cue_problems(bank, kind, questions)
     assert not problems, "\n".join(problems)
 
 
@@ -93,17 +98,24 @@ def test_no_multi_select_question_tells_its_right_options_by_their_mean_length(b
     assert not tells, f"{bank.source}: bring the option lengths within {MAX_MULTI_LENGTH_RATIO}x: {tells}"
 
 
+def position_cue_problems(bank) -> list[str]:
+    singles = _singles(bank)
+    if not singles:
+        return []
+    index, count = Counter(_right(q) for q in singles).most_common(1)[0]
+    allowed = math.ceil(len(singles) / 2)
+    if count <= allowed:
+        return []
+    ids = [q.id for q in singles if _right(q) == index]
+    return [f"{bank.source}: the right option is option {index + 1} in {count} of {len(singles)} single-choice "
+            f"questions ({ids}); at most {allowed} may share a place. Move the right option elsewhere in "
+            f"{count - allowed} of them, as a new question with a new id (scorecards store option indices)."]
+
+
 @pytest.mark.parametrize("bank", BANKS, ids=lambda b: b.source)
 def test_no_position_cue_in_the_banks_order(bank):
-    singles = _singles(bank)
-    by_index = Counter(_right(q) for q in singles)
-    index, count = by_index.most_common(1)[0]
-    allowed = math.ceil(len(singles) / 2)
-    ids = [q.id for q in singles if _right(q) == index]
-    assert count <= allowed, (
-        f"{bank.source}: the right option is option {index + 1} in {count} of {len(singles)} single-choice "
-        f"questions ({ids}); at most {allowed} may share a place. Move the right option elsewhere in "
-        f"{count - allowed} of them, as a new question with a new id (scorecards store option indices).")
+    problems = position_cue_problems(bank)
+    assert not problems, "\n".join(problems)
 
 
 def test_the_right_option_is_first_in_a_minority_of_questions():
@@ -158,8 +170,7 @@ def _named_numbers(q) -> set[float]:
     return {float(m.group().replace(",", "")) for text in texts for m in NUMBER.finditer(text)}
 
 
-@pytest.mark.parametrize("bank", BANKS, ids=lambda b: b.source)
-def test_every_numeric_question_accepts_its_answer_and_rejects_the_classic_wrong_ones(bank):
+def numeric_problems(bank) -> list[str]:
     problems = []
     for q in _numerics(bank):
         where = f"{bank.source}, question {q.id!r} (answer {q.answer:g} {q.unit}, {q.tolerance.describe(q.unit)})"
@@ -184,4 +195,48 @@ def test_every_numeric_question_accepts_its_answer_and_rejects_the_classic_wrong
                 if feedback.correct or not hint:
                     problems.append(f"{where}: {value:g} (the answer off by {said}) gets {feedback.message!r}, "
                                     f"not a unit-slip hint; narrow the tolerance.")
+    return problems
+
+
+@pytest.mark.parametrize("bank", BANKS, ids=lambda b: b.source)
+def test_every_numeric_question_accepts_its_answer_and_rejects_the_classic_wrong_ones(bank):
+    problems = numeric_problems(bank)
     assert not problems, "\n".join(problems)
+
+
+def _numeric_bank(tolerance, wrong=()):
+    """Quiz 07's first question as it was, with ``tolerance`` and the given wrong values."""
+    return parse_bank({"title": "T", "questions": [{
+        "id": "busbw", "kind": "numeric", "unit": "GB/s", "answer": 175, "tolerance": tolerance,
+        "wrong": [{"value": v, "why": "Listed."} for v in wrong],
+        "prompt": "A 1 GB all-reduce over 8 GPUs runs at an algbw of 100 GB/s. What busbw does nccl-tests report?",
+        "explanation": "busbw = algbw x 2(N-1)/N = 100 x 2 x 7/8 = 175 GB/s."}]}, "old_07.yaml")
+
+
+def test_the_lint_catches_each_defect_the_learner_walk_found():
+    """Banks like the ones found: the algbw accepted for the busbw (a ±50 % tolerance), a tolerance
+    too tight for an honest rounding, and the right option the longest, and in one place, everywhere."""
+    assert "accepts 100, a number its text names" in "\n".join(numeric_problems(_numeric_bank({"percent": 50})))
+    assert not numeric_problems(_numeric_bank({"percent": 1}, wrong=[100]))
+    exact = parse_bank({"title": "T", "questions": [{
+        "id": "tokens", "kind": "numeric", "unit": "tokens", "answer": 3.3616, "tolerance": {"absolute": 0},
+        "prompt": "Expected tokens per step?"}]}, "t.yaml")
+    assert "rejects 3.36, an honest rounding of the answer" in "\n".join(numeric_problems(exact))
+
+    def single(number, right, lengths):
+        return {"id": f"q{number}", "kind": "single", "prompt": "Which?", "options": [
+            {"text": "x" * n, "correct": i == right, "why": "Because."} for i, n in enumerate(lengths)]}
+
+    cued = parse_bank({"title": "T", "questions": [single(n, 1, (40, 90, 50, 60)) for n in range(7)]}, "cued.yaml")
+    assert "strictly longest in 7 of 7 single-choice questions" in length_cue_problems(cued, "single-choice", _singles)[0]
+    assert "option 2 in 7 of 7 single-choice questions" in position_cue_problems(cued)[0]
+    fair = parse_bank({"title": "T", "questions": [single(n, n % 4, (60, 40, 80, 50)) for n in range(7)]}, "fair.yaml")
+    assert not length_cue_problems(fair, "single-choice", _singles) and not position_cue_problems(fair)
+
+
+def test_the_lint_reads_every_number_a_text_names():
+    assert {float(m.group().replace(",", "")) for m in NUMBER.finditer(
+        "10,000 x 327,680 bytes = 3.28 GB; / 50e9 bytes/s = 65.5 ms, on an H100 (2(N-1)/N), 7/8.")} == {
+        10_000, 327_680, 3.28, 50e9, 65.5, 2, 1, 7, 8}
+    assert _roundings(4.125) == {4.12, 4.13} and _roundings(3.3616) == {3.36} and _roundings(13650) == set()
+    assert _is_a_rounding(1.3, 1.31) and _is_a_rounding(3.36, 3.3616) and not _is_a_rounding(100, 175)
