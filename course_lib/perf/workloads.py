@@ -80,7 +80,7 @@ def burst(num_requests: int, prompt_len: int = 512, output_len: int = 128, at: f
 def document_among_chats(num_chat_users: int = 32, document_tokens: int = 16000, document_at: float = 2.0,
                          follow_up_rate_per_s: float = 4.0, duration_s: float = 10.0, chat_output_len: int = 2000,
                          seed: int = 0) -> list[WorkloadRequest]:
-    """The seeds' scenario: chat users are decoding long answers when a 16,000-token document
+    """Module 03's stutter scenario: chat users are decoding long answers when a 16,000-token document
     arrives, while short follow-up turns keep coming (tags: 'chat', 'document', 'follow-up')."""
     rng = random.Random(seed)
     out = [WorkloadRequest(0.0, _tokens(rng, rng.randint(200, 600)), chat_output_len, "chat")
@@ -121,8 +121,8 @@ def agent_sessions(num_sessions: int = 16, turns: int = 6, system_prompt_len: in
 
 def straggler_batches(num_batches: int = 8, batch_size: int = 8, short_output: int = 50, long_output: int = 2000,
                       prompt_len: int = 128, seed: int = 0) -> list[WorkloadRequest]:
-    """The seeds' batching picture, repeated: in every group of ``batch_size`` requests, all but one
-    stop after ``short_output`` tokens and one runs to ``long_output``. All arrive at once."""
+    """Static batching's worst case (module 02), repeated: in every group of ``batch_size`` requests,
+    all but one stop after ``short_output`` tokens and one runs to ``long_output``. All arrive at once."""
     rng = random.Random(seed)
     return [WorkloadRequest(0.0, _tokens(rng, prompt_len), long_output if i % batch_size == 0 else short_output)
             for i in range(num_batches * batch_size)]
