@@ -72,7 +72,7 @@ def test_a_wrong_try_hears_about_its_own_answer_only(bank):
     assert "Every option you picked is right, but some right options are missing." in q("many").check({0}).message
     assert "B no." in q("many").check({0, 1, 2}).message  # all right ones, plus a wrong one
     numeric = q("num").check(65536).message
-    assert "too low" in numeric and "131072" not in numeric and "2 x 32" not in numeric
+    assert "too low" in numeric and "131,072" not in numeric and "2 x 32" not in numeric
     assert "too high" in q("num").check(10**6).message
     matching = q("match").check({"Page": "Block table", "Page table": "Block"}).message
     assert "Pairs right: 0 of 2." in matching
@@ -84,7 +84,7 @@ def test_reveal_adds_the_answer_its_reasons_and_the_explanation(bank):
     revealed = q("many").check({0, 1}, reveal=True).message
     assert not q("many").check({0, 1}, reveal=True).correct
     assert "B no." in revealed and "The right answer: A; C." in revealed and "C yes." in revealed
-    assert "The right answer: 131072 bytes." in q("num").check(1, reveal=True).message
+    assert "The right answer: 131,072 bytes." in q("num").check(1, reveal=True).message
     assert "Page -> Block" in q("match").check({"Page": "Block table", "Page table": "Block"}, reveal=True).message
     bug = q("bug").check(1, reveal=True).message
     assert "line 2: b = 0.3" in bug and "b is too low." in bug
@@ -158,7 +158,7 @@ def test_the_answer_is_revealed_after_a_few_wrong_tries_or_once_solved(bank):
     card = Scorecard(bank)
     for n in range(1, REVEAL_AFTER):
         assert "The right answer" not in card.answer("num", 1).message, n
-    assert "The right answer: 131072 bytes." in card.answer("num", 1).message
+    assert "The right answer: 131,072 bytes." in card.answer("num", 1).message
     card.answer("many", {0, 2})
     assert "The right answer: A; C." in card.answer("many", {1}).message  # solved before: nothing left to hide
     assert card.score == 1
@@ -210,7 +210,7 @@ def test_widget_is_driven_like_a_learner(bank):
     num = quiz.cards["num"]
     num.control.children[0].value = 1000
     num.check_button.click()
-    assert "✗" in num.feedback.value and "too low" in num.feedback.value and "131072" not in num.feedback.value
+    assert "✗" in num.feedback.value and "too low" in num.feedback.value and "131,072" not in num.feedback.value
     num.control.children[0].value = 131072
     num.check_button.click()  # right on the second try: shown, not scored
     assert "✓" in num.feedback.value and "Try 2, for practice" in num.feedback.value

@@ -39,7 +39,7 @@ def test_the_busbw_question_rejects_the_algbw_and_says_why():
 
 def test_a_value_near_a_classic_wrong_one_hears_its_feedback():
     question = numeric(175, "GB/s", {"percent": 1}, [(100, "That is the algbw."), (87.5, "Wrong factor.")])
-    assert question.check(100.4).message == "Not quite. You gave 100.4 GB/s: That is the algbw."
+    assert question.check(100.4).message == "Not quite. You gave 100.4 GB/s. That is the algbw."
     assert "Wrong factor." in question.check(87.5).message
     assert "too low" in question.check(120).message
 
@@ -59,6 +59,13 @@ def test_a_value_near_a_classic_wrong_one_hears_its_feedback():
 def test_an_answer_off_by_a_unit_factor_is_told_so(answer, unit, given, said):
     feedback = numeric(answer, unit, {"percent": 1}).check(given)
     assert not feedback.correct and said in feedback.message, feedback.message
+
+
+def test_numbers_are_written_out_as_given_never_in_e_notation():
+    question = numeric(131_072, "bytes", {"absolute": 0})
+    assert "You gave 1,048,576 bytes, 8 times too large" in question.check(1_048_576).message
+    assert "You gave 0.0001234 bytes" in question.check(0.0001234).message
+    assert question.solution_text() == "131,072 bytes"
 
 
 def test_bits_and_decimal_binary_slips_are_only_named_for_data_units():

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from course_lib.perf.units import format_number
 from course_lib.quiz.fields import Fields
 from course_lib.quiz.order import display_order
 from course_lib.quiz.tolerance import Tolerance, how_to_write, parse_tolerance
@@ -227,19 +228,19 @@ class Numeric(Question):
 
     def _judge(self, answer: float) -> tuple[bool, str]:
         value = float(answer)
-        given = f"You gave {value:g} {self.unit}"
+        given = f"You gave {format_number(value, 6)} {self.unit}"
         if self.tolerance.accepts(value, self.answer):
             return True, f"{given}; the answer is {self.solution_text()}."
         near = [w for w in self.wrong if self.tolerance.accepts(value, w.value)]
         if near:
-            return False, f"{given}: {min(near, key=lambda w: abs(value - w.value)).why}"
+            return False, f"{given}. {min(near, key=lambda w: abs(value - w.value)).why}"
         slip = unit_slip(value, self.answer, self.unit, self.tolerance.accepts)
         if slip:
             return False, f"{given}, {slip}"
         return False, f"{given}, which is too {'high' if value > self.answer else 'low'}."
 
     def solution_text(self) -> str:
-        return f"{self.answer:g} {self.unit}"
+        return f"{format_number(self.answer, 6)} {self.unit}"
 
 
 @dataclass(frozen=True)
