@@ -1,11 +1,14 @@
+import math
+
 import pytest
 
 from course_lib.perf.hardware import GPUS, get_gpu, tensor_parallel_group
+from course_lib.perf.kv import kv_bytes_per_batch
 from course_lib.perf.models import get_model
 from course_lib.perf.quant_cost import (
     BF16, FP8_W8A8, SCHEMES, W4A16, QuantScheme, SchemeUnavailableError, best_scheme, crossover_batch,
-    decode_step_cost, decode_step_time, get_scheme, max_batch_in_memory, min_gpus_for_weights, scheme_table,
-    weight_memory,
+    decode_step_cost, decode_step_time, get_scheme, max_batch_in_memory, min_gpus_for_batch, min_gpus_for_weights,
+    scheme_table, weight_memory,
 )
 from course_lib.perf.roofline import Efficiency, step_cost
 
@@ -134,3 +137,24 @@ def test_errors_say_what_to_change():
         decode_step_cost(L8, "W4A16", H100, 1, dequant_overhead=-0.1)
     with pytest.raises(ValueError, match="at most 1"):
         min_gpus_for_weights(L70, "BF16", H100, memory_utilization=1.5)
+
+
+def test_checkpoints_with_16_bit_embeddings_weigh_what_they_ship_at():
+    """GPTQ, AWQ and FP8 checkpoints keep the embedding and lm_head in bf16: 39.5 GB, not 36.4 GB, for the 70B."""
+    assert L70.embedding_params == 2 * 128256 * 8192  # untied: embedding and lm_head
+    assert weight_memory(L70, "W4A16", quantized_embeddings=False) == pytest.approx(39.52e9, rel=1e-3)
+    assert weight_memory(L70, "FP8-W8A8", quantized_embeddings=False) == pytest.approx(72.70e9, rel=1e-3)
+    assert weight_memory(L70, "BF16", quantized_embeddings=False) == weight_memory(L70, "BF16")
+    tied = get_model("Llama-3.2-1B")  # one shared matrix: half the 16-bit share
+    kept = weight_memory(tied, "W4A16", quantized_embeddings=False) - weight_memory(tied, "W4A16")
+    assert kept == pytest.approx(128256 * 2048 * (2 - 0.515625))
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_a_batch_needs_more_gpus_exactly_when_its_kv_does_not_fit_beside_the_weights(scheme):
+    room = max_batch_in_memory(L70, scheme, H100, 1024)
+    assert min_gpus_for_batch(L70, scheme, H100, max(room, 1), 1024) == min_gpus_for_weights(L70, scheme, H100, 0.9)
+    assert min_gpus_for_batch(L70, scheme, H100, room + 1, 1024) > 1
+    kv = kv_bytes_per_batch(L70, 1024, 1024, "bf16")  # 343.6 GB at batch 1,024 of 1,024 tokens
+    assert min_gpus_for_batch(L70, scheme, H100, 1024, 1024) == math.ceil(
+        (weight_memory(L70, scheme) + kv) / (0.9 * H100.memory_bytes))

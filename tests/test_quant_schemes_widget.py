@@ -6,16 +6,19 @@ import re
 import pytest
 
 from course_lib.perf.hardware import get_gpu
+from course_lib.perf.kv import kv_bytes_per_batch
 from course_lib.perf.models import get_model
 from course_lib.perf.quant_cost import (
     SCHEMES,
     best_scheme,
     crossover_batch,
     decode_step_cost,
+    max_batch_in_memory,
+    min_gpus_for_batch,
     min_gpus_for_weights,
     weight_memory,
 )
-from course_lib.perf.units import GB
+from course_lib.perf.units import GB, format_si
 from course_lib.widgets.quant_schemes import (
     CHART_BATCHES,
     QuantSchemes,
@@ -106,3 +109,28 @@ def test_controls_redraw_in_place():
     assert "not supported on A100-40GB" in cards["FP8-W8A8"].value
     assert widget.pane is pane and widget.verdict is verdict and widget.cards == cards
     assert widget.children[-1] is pane
+
+
+def test_a_batch_whose_kv_does_not_fit_on_one_gpu_says_so():
+    """Batch 1,024 at 1,024 tokens of the 70B: 344 GB of KV (perf/kv.py) fits beside no scheme's weights on one H100."""
+    widget = QuantSchemes("Llama-3.1-70B", "H100-80GB", batch=1024, context_len=1024)
+    kv = kv_bytes_per_batch(L70, 1024, 1024, "bf16")
+    for name in SCHEMES:
+        text = widget.cards[name].value
+        assert f"<b>{format_si(kv, 'B')}</b>" in text and "does not fit" in text
+        assert f"room for {max_batch_in_memory(L70, name, H100, 1024):,})" in text
+        assert f"at least <b>{min_gpus_for_batch(L70, name, H100, 1024, 1024)}</b> GPUs" in text
+    best = widget.best
+    assert "Batch 1,024 does not fit on one H100-80GB" in widget.verdict.value
+    assert f"at least {min_gpus_for_batch(L70, best, H100, 1024, 1024)} GPUs" in widget.verdict.value
+    room = max_batch_in_memory(L70, "W4A16", H100, 1024)
+    widget.batch.value = 64  # W4A16's winning batch fits: no warning, and its card says how much room is left
+    assert room >= 64 and "does not fit" not in widget.verdict.value
+    assert f"fits (room for {room:,} such sequences)" in widget.cards["W4A16"].value
+
+
+def test_cards_give_the_checkpoint_size_with_16_bit_embeddings():
+    widget = QuantSchemes("Llama-3.1-70B", "H100-80GB")
+    shipped = weight_memory(L70, "W4A16", quantized_embeddings=False) / GB
+    assert f"({shipped:.1f} GB as checkpoints ship it" in widget.cards["W4A16"].value and shipped > 39
+    assert "as checkpoints ship it" not in widget.cards["BF16"].value  # nothing to keep in 16 bits

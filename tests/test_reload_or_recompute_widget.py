@@ -130,3 +130,10 @@ def test_controls_redraw_in_place():
     widget.tokens.value = 131_072
     assert "131,072 tokens" in readout.value and "A100-80GB" in pane.figure.layout.title.text
     assert widget.pane is pane and widget.readout is readout and widget.verdict is verdict
+
+
+@pytest.mark.parametrize("tokens, shown", [(16, "2.1 MB"), (1024, "134 MB"), (10_100, "1.32 GB")])
+def test_the_kv_size_takes_a_unit_that_fits(tokens, shown):
+    """16 tokens of Llama-3.1-8B are 2.1 MB of KV, not '0.00 GB'."""
+    widget = ReloadOrRecomputeExplorer(tier=CPU_DRAM, model="Llama-3.1-8B", tokens=tokens)
+    assert f"<b>{shown}</b> of KV" in widget.readout.value and reload_bytes(L8, tokens) == tokens * 131_072

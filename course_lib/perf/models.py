@@ -32,6 +32,7 @@ class ModelSpec:
     hidden_size: int = field(kw_only=True)
     intermediate_size: int = field(kw_only=True)  # of one MLP (one expert, for a mixture of experts)
     vocab_size: int = field(kw_only=True)
+    tied_embeddings: bool = field(default=False, kw_only=True)  # the output layer reuses the embedding matrix
     num_experts: int = field(default=1, kw_only=True)
     experts_per_token: int = field(default=1, kw_only=True)
     # multi-head latent attention (DeepSeek): a layer caches one compressed vector per token,
@@ -45,6 +46,12 @@ class ModelSpec:
     num_shared_experts: int = field(default=0, kw_only=True)
     num_dense_layers: int = field(default=0, kw_only=True)
     dense_intermediate_size: int | None = field(default=None, kw_only=True)
+
+    @property
+    def embedding_params(self) -> int:
+        """Parameters of the token embedding and the output layer (lm_head): vocab x hidden each, one
+        shared matrix when ``tied_embeddings``."""
+        return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
 
     @property
     def active_params(self) -> float:
@@ -135,7 +142,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("Llama-3.1-8B", 32, 32, 8, 128, 8.03e9, 131072, hidden_size=4096, intermediate_size=14336,
                   vocab_size=128256),
         ModelSpec("Llama-3.2-1B", 16, 32, 8, 64, 1.24e9, 131072, hidden_size=2048, intermediate_size=8192,
-                  vocab_size=128256),
+                  vocab_size=128256, tied_embeddings=True),
         ModelSpec("Llama-3.1-70B", 80, 64, 8, 128, 70.6e9, 131072, hidden_size=8192, intermediate_size=28672,
                   vocab_size=128256),
         ModelSpec("Qwen2.5-7B", 28, 28, 4, 128, 7.62e9, 131072, hidden_size=3584, intermediate_size=18944,
@@ -146,7 +153,7 @@ MODELS: dict[str, ModelSpec] = {
                   vocab_size=32000),
         # Falcon's MLP is a plain 4x GELU (not gated) and its embeddings are tied
         ModelSpec("Falcon-7B", 32, 71, 1, 64, 6.92e9, 2048, hidden_size=4544, intermediate_size=18176,
-                  vocab_size=65024),
+                  vocab_size=65024, tied_embeddings=True),
         ModelSpec("Mixtral-8x7B", 32, 32, 8, 128, 46.7e9, 32768, num_active_params=12.9e9, hidden_size=4096,
                   intermediate_size=14336, vocab_size=32000, num_experts=8, experts_per_token=2),
     )

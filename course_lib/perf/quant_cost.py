@@ -29,7 +29,8 @@ things change with the scheme:
 
 Assumptions, stated: every parameter is quantized, embeddings and ``lm_head`` included (real GPTQ, AWQ
 and FP8 checkpoints usually keep those in 16 bits: 1.05B of Llama-3.1-8B's 8.03B parameters, 2.1B of
-the 70B's 70.6B, so the 8B's quantized weights are ~11% (W4A16) / ~6% (FP8) heavier than modelled);
+the 70B's 70.6B, so the 8B's quantized weights are ~11% (W4A16) / ~6% (FP8) heavier than modelled;
+``weight_memory(..., quantized_embeddings=False)`` gives that checkpoint size);
 every weight is read once per step (as in ``roofline``); activations are not counted as memory.
 
 Invariants (tests/test_quant_cost.py): W4A16 < FP8-W8A8 < BF16 in bytes; at batch 1 (memory-bound)
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 
 from course_lib.checks import require_count, require_fraction, require_positive
 from course_lib.perf.hardware import GPU
-from course_lib.perf.kv import kv_bytes_per_sequence, weight_bytes
+from course_lib.perf.kv import kv_bytes_per_batch, kv_bytes_per_sequence, weight_bytes
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.roofline import Efficiency, StepCost, step_cost
 
@@ -93,6 +94,7 @@ W4A16 = QuantScheme("W4A16", 4, "bf16", group_size=128, scale_bits=16,
 FP8_W8A8 = QuantScheme("FP8-W8A8", 8, "fp8", description="fp8 (e4m3) weights and activations, fp8 tensor cores")
 
 SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (BF16, W4A16, FP8_W8A8)}
+SERVING_MEMORY_UTILIZATION = 0.9  # the share of GPU memory a server takes for weights and KV (vLLM's default)
 
 
 class SchemeUnavailableError(ValueError):
@@ -127,10 +129,13 @@ def scheme_peak_flops(scheme: str | QuantScheme, gpu: GPU) -> float:
     return gpu.fp8_flops
 
 
-def weight_memory(model: ModelSpec, scheme: str | QuantScheme = "BF16") -> float:
+def weight_memory(model: ModelSpec, scheme: str | QuantScheme = "BF16", quantized_embeddings: bool = True) -> float:
     """Bytes of all of ``model``'s weights in ``scheme`` (scales included): 141.2 GB for
-    Llama-3.1-70B in BF16, 36.4 GB in W4A16, 70.6 GB in FP8-W8A8."""
-    return model.num_params * get_scheme(scheme).bytes_per_weight
+    Llama-3.1-70B in BF16, 36.4 GB in W4A16, 70.6 GB in FP8-W8A8. With ``quantized_embeddings=False``
+    the embedding and ``lm_head`` (``model.embedding_params``) stay in bf16, as GPTQ, AWQ and FP8
+    checkpoints usually ship them: 39.5 GB for the 70B in W4A16, 72.7 GB in FP8-W8A8."""
+    kept = 0 if quantized_embeddings else model.embedding_params
+    return (model.num_params - kept) * get_scheme(scheme).bytes_per_weight + kept * BF16.bytes_per_weight
 
 
 def min_gpus_for_weights(model: ModelSpec, scheme: str | QuantScheme, gpu: GPU,
@@ -144,13 +149,24 @@ def min_gpus_for_weights(model: ModelSpec, scheme: str | QuantScheme, gpu: GPU,
 
 
 def max_batch_in_memory(model: ModelSpec, scheme: str | QuantScheme, gpu: GPU, context_len: int = 1024,
-                        memory_utilization: float = 0.9) -> int:
+                        memory_utilization: float = SERVING_MEMORY_UTILIZATION) -> int:
     """Sequences of ``context_len`` tokens whose bf16 KV cache fits beside the weights in
     ``memory_utilization`` of ``gpu``'s memory (0 where the weights alone do not fit); activations are
     left out. A crossover batch above this needs more GPUs (``tensor_parallel_group``) to be reached."""
     require_fraction("memory_utilization", memory_utilization)
     left = gpu.memory_bytes * memory_utilization - weight_memory(model, scheme)
     return max(0, math.floor(left / kv_bytes_per_sequence(model, context_len, "bf16")))
+
+
+def min_gpus_for_batch(model: ModelSpec, scheme: str | QuantScheme, gpu: GPU, batch: int, context_len: int = 1024,
+                       memory_utilization: float = SERVING_MEMORY_UTILIZATION) -> int:
+    """Fewest GPUs whose memory (x ``memory_utilization``) holds the weights and the bf16 KV cache of
+    ``batch`` sequences of ``context_len`` tokens (``kv.kv_bytes_per_batch``), split over them by
+    tensor parallelism; activations left out, so a lower bound. 1 where ``max_batch_in_memory`` admits
+    the batch on one GPU."""
+    require_fraction("memory_utilization", memory_utilization)
+    needed = weight_memory(model, scheme) + kv_bytes_per_batch(model, context_len, batch, "bf16")
+    return max(1, math.ceil(needed / (gpu.memory_bytes * memory_utilization)))
 
 
 def decode_step_cost(model: ModelSpec, scheme: str | QuantScheme, gpu: GPU, batch: int,

@@ -3,7 +3,8 @@ model, a GPU, a decode batch and a context length, and a plotly chart of tokens/
 with the FP8-over-W4A16 crossover marked.
 
 Every number comes from ``course_lib.perf.quant_cost`` (``scheme_table``, ``min_gpus_for_weights``,
-``crossover_batch``); the widget only lays them out and redraws its cards and chart in place.
+``max_batch_in_memory``, ``min_gpus_for_batch``, ``crossover_batch``) and ``course_lib.perf.kv``
+(``kv_bytes_per_batch``); the widget only lays them out and redraws its cards and chart in place.
 Times are for one GPU's roofs: with n GPUs in tensor parallel both roofs scale by n and the
 crossover batch does not move (``quant_cost``'s docstring).
 """
@@ -17,16 +18,20 @@ import numpy as np
 import plotly.graph_objects as go
 
 from course_lib.perf.hardware import GPU, GPUS, get_gpu
+from course_lib.perf.kv import kv_bytes_per_batch
 from course_lib.perf.models import MODELS, ModelSpec, get_model
 from course_lib.perf.quant_cost import (
     SCHEMES,
+    SERVING_MEMORY_UTILIZATION,
     crossover_batch,
+    max_batch_in_memory,
+    min_gpus_for_batch,
     min_gpus_for_weights,
     scheme_available,
     scheme_table,
     weight_memory,
 )
-from course_lib.perf.units import GB
+from course_lib.perf.units import GB, format_si
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
 from course_lib.widgets.selection_readout import with_readout
@@ -58,29 +63,61 @@ def unsupported_text(scheme: str, gpu: GPU) -> str:
 
 
 def scheme_cards(model: ModelSpec, gpu: GPU, batch: int, context_len: int = 1024) -> dict:
-    """What the cards show, from the cost model: ``{"best", "schemes": {name: {"weight_bytes",
-    "gpus_for_weights", "supported", and where supported "time_s", "tokens_per_s", "bound"}}}``."""
+    """What the cards show, from the cost model: ``{"best", "kv_bytes", "schemes": {name: {"weight_bytes",
+    "checkpoint_bytes" (embeddings and lm_head in 16 bits), "gpus_for_weights", "room" (sequences whose KV
+    fits beside the weights on one GPU), "gpus_for_batch", "supported", and where supported "time_s",
+    "tokens_per_s", "bound"}}}``. ``kv_bytes`` is the batch's bf16 KV cache, the same for every scheme."""
     (row,) = scheme_table(model, gpu, (batch,), context_len)
     cards = {}
     for name in SCHEMES:
         card = {"weight_bytes": weight_memory(model, name),
+                "checkpoint_bytes": weight_memory(model, name, quantized_embeddings=False),
                 "gpus_for_weights": min_gpus_for_weights(model, name, gpu),
+                "room": max_batch_in_memory(model, name, gpu, context_len),
+                "gpus_for_batch": min_gpus_for_batch(model, name, gpu, batch, context_len),
                 "supported": scheme_available(name, gpu)}
         cell = row["schemes"][name]
         if cell is not None:
             card.update(time_s=cell["time_s"], tokens_per_s=cell["tokens_per_s"], bound=cell["bound"])
         cards[name] = card
-    return {"best": row["best"], "schemes": cards}
+    return {"best": row["best"], "kv_bytes": kv_bytes_per_batch(model, context_len, batch, "bf16"), "schemes": cards}
 
 
-def card_html(name: str, card: dict, gpu: GPU, batch: int, winner: bool) -> str:
+def kv_line(card: dict, kv_bytes: float, gpu: GPU, batch: int, context_len: int) -> str:
+    """Whether the batch's KV cache fits beside this scheme's weights on one GPU, and if not, how many
+    GPUs the weights and KV need together (``min_gpus_for_batch``)."""
+    kv = f"KV cache, batch {batch:,} x {context_len:,} tokens: <b>{format_si(kv_bytes, 'B')}</b>"
+    if card["gpus_for_batch"] == 1:
+        return f"{kv}, fits (room for {card['room']:,} such sequences)"
+    return (f"{kv}: <b style='color:#cf222e'>does not fit</b> on one {html.escape(gpu.name)} beside the weights "
+            f"(room for {card['room']:,}); with them it needs at least <b>{card['gpus_for_batch']}</b> GPUs")
+
+
+def fit_text(shown: dict, model: ModelSpec, gpu: GPU, batch: int, context_len: int) -> str:
+    """A warning when the fastest card's batch does not fit on one GPU, in words; else ''."""
+    best = shown["schemes"][shown["best"]]
+    if best["gpus_for_batch"] == 1:
+        return ""
+    return (f"<b style='color:#cf222e'>Batch {batch:,} does not fit on one {html.escape(gpu.name)}:</b> its KV cache "
+            f"alone is {format_si(shown['kv_bytes'], 'B')} ({batch:,} sequences of {context_len:,} tokens of "
+            f"{html.escape(model.name)}, <code>perf/kv.py</code>), while beside {shown['best']}'s weights there is room "
+            f"for {best['room']:,} such sequences in {SERVING_MEMORY_UTILIZATION:.0%} of its memory (vLLM's default "
+            "<code>gpu_memory_utilization</code>). The cards still cost the step on one GPU's roofs, as if it fitted; "
+            f"serving this batch takes at least {best['gpus_for_batch']} GPUs for weights and KV together. ")
+
+
+def card_html(name: str, card: dict, gpu: GPU, batch: int, winner: bool, kv_bytes: float, context_len: int) -> str:
     """One scheme's card: its numbers, the winner's border, and the static note."""
     border = f"3px solid {WINNER_COLOUR}" if winner else "1px solid #bbb"
     badge = f" <span style='color:{WINNER_COLOUR}'>★ fastest at batch {batch}</span>" if winner else ""
     gpus = card["gpus_for_weights"]
-    lines = [f"weight memory: <b>{card['weight_bytes'] / GB:.1f} GB</b>",
+    shipped = card["checkpoint_bytes"]
+    lines = [f"weight memory: <b>{card['weight_bytes'] / GB:.1f} GB</b>"
+             + (f" ({shipped / GB:.1f} GB as checkpoints ship it, embeddings and lm_head in 16 bits)"
+                if shipped != card["weight_bytes"] else ""),
              f"GPUs for the weights ({html.escape(gpu.name)}): <b>{gpus}</b>"
-             + (" (before any KV cache)" if gpus > 1 else "")]
+             + (" (before any KV cache)" if gpus > 1 else ""),
+             kv_line(card, kv_bytes, gpu, batch, context_len)]
     if card["supported"]:
         bound = "bandwidth-bound" if card["bound"] == "memory" else "compute-bound"
         lines += [f"decode step at batch {batch}: <b>{card['time_s'] * 1e3:.2f} ms</b>",
@@ -180,9 +217,11 @@ class QuantSchemes(w.VBox):
         shown = scheme_cards(model, gpu, batch, context_len)
         self.best = shown["best"]
         for name, card in shown["schemes"].items():
-            self.cards[name].value = card_html(name, card, gpu, batch, name == self.best)
+            self.cards[name].value = card_html(name, card, gpu, batch, name == self.best, shown["kv_bytes"],
+                                               context_len)
         beyond = (f" Note: {context_len:,} tokens is beyond {html.escape(model.name)}'s "
                   f"{model.max_context:,}-token context." if context_len > model.max_context else "")
-        self.verdict.value = (f"<p>{crossover_text(model, gpu, context_len)} Times use one GPU's roofs; with n GPUs "
+        self.verdict.value = (f"<p>{fit_text(shown, model, gpu, batch, context_len)}"
+                              f"{crossover_text(model, gpu, context_len)} Times use one GPU's roofs; with n GPUs "
                               f"in tensor parallel both roofs scale by n and the crossover stays put.{beyond}</p>")
         self.pane.show(scheme_figure(model, gpu, context_len, batch))

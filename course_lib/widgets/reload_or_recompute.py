@@ -33,7 +33,7 @@ from course_lib.perf.kv_tiers import (
     weight_read_bound_below,
 )
 from course_lib.perf.models import MODELS, ModelSpec, get_model
-from course_lib.perf.units import GB
+from course_lib.perf.units import format_si
 from course_lib.widgets.crossover import log_options
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
@@ -95,7 +95,7 @@ def readout_html(model: ModelSpec, tier: KVTier, gpu: GPU, row: ReloadOrRecomput
         verdict = f"<b>reload wins, {row.speedup:.1f}x faster</b> than recomputing"
     else:
         verdict = f"<b>recompute wins, {1 / row.speedup:.1f}x faster</b> than reloading"
-    return (f"<p>{row.tokens:,} tokens of {html.escape(model.name)}: <b>{row.kv_bytes / GB:.2f} GB</b> of KV. "
+    return (f"<p>{row.tokens:,} tokens of {html.escape(model.name)}: <b>{format_si(row.kv_bytes, 'B')}</b> of KV. "
             f"Reload from {html.escape(tier.name)}: <b>{format_seconds(row.reload_s)}</b>; recompute on "
             f"{html.escape(gpu.name)} at {flops_per_s / 1e12:.1f} TFLOP/s: <b>{format_seconds(row.recompute_s)}</b>. "
             f"{verdict}.</p>")
