@@ -3,7 +3,13 @@
 import pytest
 
 from course_lib.collectives.symmetric import SIZES as BENCH_SIZES, crossovers
-from course_lib.perf.tp_all_reduce import all_reduce_time, one_shot_ring_crossover_bytes, two_shot_crossover_bytes
+from course_lib.perf.tp_all_reduce import (
+    all_reduce_time,
+    alpha_for_crossover,
+    one_shot_ring_crossover_bytes,
+    two_shot_crossover_bytes,
+    vllm_two_shot_from,
+)
 from course_lib.perf.units import KiB, MiB, format_bytes
 from course_lib.widgets.all_reduce_crossover import (
     MEASURED_MODE,
@@ -48,6 +54,17 @@ def test_model_traces_and_crossover_marker_at_k_star():
     assert "bytes" in figure.layout.xaxis.title.text and "µs" in figure.layout.yaxis.title.text
     assert "8 GPUs" in figure.layout.title.text
     assert format_bytes(star) in model_crossover_text(8, alpha, bandwidth)
+
+
+@pytest.mark.parametrize("n, bandwidth", [(4, 450e9), (8, 450e9), (8, 900e9)])
+def test_the_verdict_sets_vllms_measured_switch_beside_k_star(n, bandwidth):
+    text = model_crossover_text(n, 1e-6, bandwidth)
+    switch = vllm_two_shot_from(n)
+    assert f"switches to two-shot at {format_bytes(switch)} on {n} GPUs" in text
+    assert f"α = {alpha_for_crossover(n, switch, bandwidth) * 1e6:.2f} µs at {bandwidth / 1e9:g} GB/s" in text
+    assert format_bytes(two_shot_crossover_bytes(n, 1e-6, bandwidth)) in text  # the model's own K* first
+    assert "also runs one-shot at every size on 2 GPUs" in model_crossover_text(2, 1e-6, 450e9)
+    assert "no kernel for 3 GPUs" in model_crossover_text(3, 1e-6, 450e9)
 
 
 def test_two_ranks_never_cross():

@@ -33,9 +33,18 @@ def test_the_sheet_opens_on_the_lessons_premise():
     assert (cluster.nodes, cluster.gpus_per_node, sheet.dtype.value) == (2, 8, "fp8")
     assert one_node_verdict() in sheet.premise.value and "no layout fits" in sheet.premise.value
     sheet.apply("DP=16 attention + EP=16 (recommended)")
-    assert sheet.layout() == RECOMMENDED and "no wrong choices" in sheet.sheet.value
+    assert sheet.parallel_layout() == RECOMMENDED and "no wrong choices" in sheet.sheet.value
     sheet.gpu.value = "H200-141GB"
     assert "fits one node" in sheet.premise.value  # the premise is the GPU's, redrawn with it
+
+
+def test_the_sheet_keeps_its_widget_layout():
+    """The parallel layout has its own method name: shadowing ipywidgets' ``layout`` trait broke the
+    widget (no CSS layout to serialise or read)."""
+    import ipywidgets as w
+
+    sheet = MoEDesignSheet()
+    assert isinstance(sheet.layout, w.Layout) and sheet.parallel_layout() == Layout(tp=16)
 
 
 def test_every_line_names_the_chosen_gpus_links():

@@ -3,8 +3,8 @@
 ``course_lib.collectives.symmetric.benchmark``, in one plotly pane redrawn in place.
 
 Model mode marks where two-shot overtakes one-shot (K* = alpha B N / ((N-1)(N-2)), never on
-N = 2) and where one-shot stops beating the ring; measured mode marks the crossover that
-``symmetric.crossovers`` finds in the rows.
+N = 2) and where one-shot stops beating the ring, and says where vLLM's measured switch sits;
+measured mode marks the crossover that ``symmetric.crossovers`` finds in the rows.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from course_lib.perf.tp_all_reduce import (
     DEFAULT_BANDWIDTH,
     TP_ALGORITHMS,
     all_reduce_time,
+    alpha_for_crossover,
     one_shot_ring_crossover_bytes,
     two_shot_crossover_bytes,
+    vllm_two_shot_from,
 )
 from course_lib.perf.units import KiB, format_bytes
 from course_lib.widgets.crossover import log_options
@@ -58,9 +60,28 @@ def _vertical(figure: go.Figure, x: float, low: float, high: float, colour: str)
                                 line={"color": colour, "dash": "dot", "width": 1}))
 
 
+def vllm_text(num_ranks: int, bandwidth: float) -> str:
+    """Where vLLM's measured switch sits for ``num_ranks`` GPUs (``tp_all_reduce.vllm_two_shot_from``),
+    and the alpha at which this model, at ``bandwidth``, would put K* there."""
+    try:
+        switch = vllm_two_shot_from(num_ranks)
+    except ValueError:
+        return f"vLLM's custom all-reduce has no kernel for {num_ranks} GPUs (it runs on 2, 4, 6 or 8)."
+    if switch is None:
+        return f"vLLM's custom all-reduce, tuned by measurement, also runs one-shot at every size on {num_ranks} GPUs."
+    alpha = alpha_for_crossover(num_ranks, switch, bandwidth)
+    return (f"vLLM's custom all-reduce, tuned by measurement on NVLink, switches to two-shot at "
+            f"{format_bytes(switch)} on {num_ranks} GPUs: this model puts K* there with α = {alpha * 1e6:.2f} µs "
+            f"at {bandwidth / 1e9:g} GB/s.")
+
+
 def model_crossover_text(num_ranks: int, alpha_s: float, bandwidth: float) -> str:
     """What the model says, in words, with its sizes: where two-shot overtakes one-shot, and where
-    one-shot stops beating the ring ("never at N = 2" for both on two ranks)."""
+    one-shot stops beating the ring ("never at N = 2" for both on two ranks); then ``vllm_text``."""
+    return f"{_model_text(num_ranks, alpha_s, bandwidth)} {vllm_text(num_ranks, bandwidth)}"
+
+
+def _model_text(num_ranks: int, alpha_s: float, bandwidth: float) -> str:
     star = two_shot_crossover_bytes(num_ranks, alpha_s, bandwidth)
     ring = one_shot_ring_crossover_bytes(num_ranks, alpha_s, bandwidth)
     if star is None:

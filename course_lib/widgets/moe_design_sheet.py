@@ -101,12 +101,13 @@ class MoEDesignSheet(w.VBox):
     def cluster(self) -> Cluster:
         return Cluster(self.nodes.value, self.gpus_per_node.value, GPUS[self.gpu.value])
 
-    def layout(self) -> Layout:
+    def parallel_layout(self) -> Layout:
+        """The TP, DP, EP and PP the controls hold (not ``self.layout``, the widget's CSS layout)."""
         return Layout(tp=self.tp.value, dp=self.dp.value, ep=self.ep.value, pp=self.pp.value)
 
     def plan(self) -> MoEServingPlan:
         """The plan for the current settings; raises LayoutError if they cannot be built."""
-        return plan_moe_serving(self.model, self.cluster(), self.layout(), weight_dtype=self.dtype.value)
+        return plan_moe_serving(self.model, self.cluster(), self.parallel_layout(), weight_dtype=self.dtype.value)
 
     def apply(self, name: str) -> None:
         """Set every control to the preset ``name`` (a key of ``PRESETS``), then redraw once."""
