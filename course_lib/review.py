@@ -272,6 +272,24 @@ class StaffQuestion:
 
 STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
     StaffQuestion(
+        'memory-bound-serving', 'Why serving is memory-bound', '01_paging.ipynb',
+        'Why is LLM serving memory-bound, and how does vLLM fix it? Be ready for two follow-ups: how do GQA and '
+        'MQA change the math, and what is left to optimise inside a block?',
+        'Serving is bounded by KV memory, not FLOPs: decode reads the weights and the whole cache for every '
+        "token, so throughput comes from batching, and the batch is capped by how many sequences' KV fits. A "
+        'cache entry is 2 × layers × KV heads × head_dim × bytes per token; for Llama-3-8B in FP16 that is 128 '
+        'KiB, 256 MiB for a 2k sequence. Pre-vLLM servers reserved max-length contiguous regions and wasted '
+        '60–80% to over-reservation and fragmentation. PagedAttention stores KV in fixed 16-token blocks '
+        'allocated on demand through a per-request block table, like OS pages, so waste drops below 4% (only the '
+        'last partial block), batches get several times larger, and blocks can be shared by reference count with '
+        'copy-on-write for parallel sampling. The block then becomes the unit for prefix caching, offload and KV '
+        'transfer. The costs: one indirection in the attention kernel, and choosing a block size. On GQA and '
+        'MQA: fewer KV heads, a proportionally smaller cache, so 32 → 8 heads is 4× more sequences. Left to '
+        "optimise inside a block: only each request's last, partly filled block wastes space.",
+        "did you say why decode is bound by KV memory rather than FLOPs, size a token's KV entry, say what "
+        'reserve-for-max allocation wasted and how blocks handed out on demand through a block table fix it, and '
+        "name both costs (the kernel's indirection and the block size)?"),
+    StaffQuestion(
         'paging', 'Paging', '01_paging.ipynb',
         'What did PagedAttention change in how a server holds the KV cache, and what does it cost?',
         'It stores the KV cache in fixed-size blocks (16 tokens by default in vLLM), found through a block table '
@@ -283,6 +301,41 @@ STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
         'tiny.',
         'did you name the block table and allocation on demand, say what the block made possible afterwards, and '
         "give both costs (the kernel's indirection and the block-size trade-off)?"),
+    StaffQuestion(
+        'continuous-batching', 'Continuous batching', '02_batching.ipynb',
+        'Why does continuous batching beat static batching for LLM serving, and how is it different from '
+        'PagedAttention?',
+        'Static batching runs a group to completion, so every slot waits for the longest request, and LLM output '
+        'lengths vary by orders of magnitude and are unknown until EOS. Continuous, iteration-level batching '
+        'reschedules after every decode step: finished sequences leave, waiting ones join, and the GPU stays '
+        'saturated. It is a scheduling technique; PagedAttention is the memory technique that lets many '
+        'sequences fit. Together they give vLLM its 14-24x over HF Transformers. The batch is bounded by '
+        'max_num_seqs and max_num_batched_tokens; it buys throughput, and under load individual latency can rise.',
+        'did you name what makes static batching bad for LLMs (output lengths that vary widely and are unknown '
+        'until EOS), say that continuous batching reschedules after every step, keep scheduling (batching) apart '
+        'from memory (PagedAttention), and say what bounds the batch and what it can cost in latency?'),
+    StaffQuestion(
+        'v1-scheduler', 'The V1 scheduler', '03_scheduler.ipynb',
+        "How does vLLM V1's scheduler decide what runs in a step, how do you pick its token budget, and what "
+        'happens when the KV cache runs out or requests share a prefix?',
+        'V1 treats a step as a token budget, {request_id: num_tokens}, so chunked prefill and mixing prefill '
+        'with decode fall out naturally. Running requests are scheduled first, then waiting ones are admitted '
+        'until the budget, max_num_seqs or the KV cache runs out. max_num_batched_tokens trades TTFT against '
+        'ITL: a big budget finishes long prompts sooner but stalls every decoding user for the length of that '
+        "step, so pick the largest budget whose worst gap during a long prefill (or each request's P99 over that "
+        'window, not a whole-run P99, which dilutes a few long stalls among thousands of normal steps) meets '
+        'your ITL target, and cap single requests with long_prefill_token_threshold. When blocks run out, the '
+        'last running request is preempted; V1 only recomputes: the re-prefill is parallel work that shares '
+        'steps with decodes, prefix caching often makes it mostly hits, and it needs no pinned CPU memory or '
+        'copy scheduling. Thrashing (a rising preemption count) means admission is too generous: lower '
+        'max_num_seqs or the budget, raise gpu_memory_utilization, keep prefix caching on, or add GPUs; with '
+        'long prompts and caching off it can collapse throughput, because a preempted request is re-admitted '
+        'chunk by chunk and preempts itself again. Prefix caching hashes full blocks in a chain, so hits need an '
+        'identical prefix: keep volatile content at the end and route sessions consistently. cache_salt '
+        'separates tenants, closing a timing side channel.',
+        'did you describe a step as a token budget filled by running requests first, tie max_num_batched_tokens '
+        'to TTFT against ITL through the worst gap during a long prefill, say why V1 preempts by recomputing and '
+        'how to stop thrashing, and explain the prefix hash chain and what cache_salt protects?'),
     StaffQuestion(
         'prefix-caching', 'Prefix caching', '03_scheduler.ipynb',
         'How does prefix caching find a cached prefix, and what keeps its hit rate high in production?',
@@ -327,6 +380,33 @@ STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
         'draft position, and TPOT benchmarked at real concurrency, never only at QPS 1.',
         'did you say why it is lossless, why it stops paying under load (compute-bound batches), and how you '
         'would gate and measure it?'),
+    StaffQuestion(
+        'collectives-behind-parallelism', 'Collectives behind parallelism', '05_collectives.ipynb',
+        'Which collective does each parallelism strategy rely on, and what must every rank get right when it '
+        'calls one?',
+        'Every parallelism strategy is a choice of collective. DDP averages gradients with one all-reduce per '
+        'step; FSDP splits that all-reduce into a reduce-scatter of gradients and an all-gather of parameters '
+        'just in time; tensor parallelism needs one all-reduce per block in forward and one in backward; MoE '
+        'dispatches and combines tokens with two all-to-alls, because summing would mix different tokens; '
+        'pipeline parallelism passes activations point to point. AllReduce = ReduceScatter + AllGather = Reduce '
+        '+ Broadcast. Collectives must be called symmetrically, same order and shapes on every rank, or the job '
+        'hangs, crashes or corrupts data.',
+        'did you name the collective behind DDP, FSDP, tensor parallelism, MoE and pipeline parallelism, give '
+        'both all-reduce identities, and say why every rank must call the same collectives in the same order '
+        'with the same shapes?'),
+    StaffQuestion(
+        'ring-or-tree', 'Ring or tree', '06_ring_vs_tree.ipynb',
+        'How does ring all-reduce work, what does it cost, and when does a tree beat it?',
+        'Ring all-reduce is a reduce-scatter then an all-gather around a ring of N GPUs, N-1 steps each, sending '
+        'K/N per step: 2(N-1)/N·K bytes per GPU, under 2K whatever N is, so it is bandwidth-optimal and limited '
+        'by the slowest neighbour link. But it pays 2(N-1) serial start-ups, so its latency is linear in N: cost '
+        '2(N-1)α + 2(N-1)/N·Kβ. A tree reduces up and broadcasts down in 2·log2 N hops, which wins for small '
+        "messages on many GPUs, like 4 KB across 512, where the ring's thousand hops dominate. A single tree "
+        'wastes half its links, so NCCL uses two mirrored binary trees for ring-like bandwidth with log-N '
+        'latency, and picks ring or tree by message size and world size automatically.',
+        "did you give the ring's two phases and its 2(N-1)/N·K bytes per GPU, its alpha-beta cost with 2(N-1) "
+        "start-ups, the tree's 2·log2 N hops, and why NCCL runs two mirrored trees and switches by message size "
+        'and GPU count?'),
     StaffQuestion(
         'dp-at-scale', 'Data parallelism at scale', '07_nccl_topology.ipynb',
         'Data-parallel training scales well to 8 GPUs, but throughput per GPU collapses at 512. How do you diagnose '
@@ -393,8 +473,9 @@ STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
         'did you start by measuring, name a bound before a technique, cover all four resources, and end with '
         'measuring again?'),
 )
-"""The staff answers in the order the course teaches them (each lesson shows its own; the final
-review asks seven of them again), then the question the whole course builds towards."""
+"""The staff answers in the order the course teaches them, then the question the whole course builds
+towards. Each lesson shows its own; the final review asks seven: 04's and 09's again, and 'paging',
+'prefix-caching' and 'scheduling', shorter questions on what 01 and 03 teach that only the review shows."""
 
 
 def staff_question(key: str) -> StaffQuestion:

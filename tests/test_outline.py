@@ -102,10 +102,8 @@ def sections_of(notebook_cells: list[dict]) -> list[tuple[str, dict]]:
 
 
 def shows_a_staff_answer(cell: dict) -> bool:
-    """A StaffAnswer widget (code) or a quoted model answer (Markdown: '> *"...')."""
-    text = "".join(cell["source"])
-    return "StaffAnswer(" in text if cell["cell_type"] == "code" else any(
-        line.startswith('> *"') for line in text.splitlines())
+    """A StaffAnswer widget; a model answer is never Markdown (tests/test_staff_answers.py)."""
+    return cell["cell_type"] == "code" and "StaffAnswer(" in "".join(cell["source"])
 
 
 @pytest.mark.parametrize("lesson", outline.OUTLINE, ids=lambda entry: entry.file)
@@ -116,7 +114,7 @@ def test_the_quiz_and_the_staff_answers_sit_in_their_named_sections(lesson):
     quizzes = [section for section, cell in placed if "show_quiz(" in "".join(cell["source"])]
     has_bank = (REPO_ROOT / "quizzes" / lesson.file.replace(".ipynb", ".yaml")).exists()
     assert quizzes == ([outline.CHECK_YOURSELF] if has_bank else []), f"{lesson.file}: quiz under {quizzes}"
-    widgets = [section for section, cell in placed if cell["cell_type"] == "code" and shows_a_staff_answer(cell)]
+    widgets = [section for section, cell in placed if shows_a_staff_answer(cell)]
     if outline.STAFF_ANSWERS not in lesson.sections:
         assert widgets == [], f"{lesson.file} shows staff answers but has no '{outline.STAFF_ANSWERS}' section"
         return

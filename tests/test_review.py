@@ -86,9 +86,10 @@ def test_a_row_refuses_an_unknown_resource_or_module_and_takes_its_title_from_th
 
 def test_the_staff_questions_follow_the_course_then_the_through_line():
     keys = [q.key for q in review.STAFF_QUESTIONS]
-    assert keys == ["paging", "prefix-caching", "scheduling", "disaggregation", "speculative-decoding",
-                    "dp-at-scale", "column-then-row", "fused-all-reduce", "quantization", "reload-or-recompute",
-                    "through-line"]
+    assert keys == ["memory-bound-serving", "paging", "continuous-batching", "v1-scheduler", "prefix-caching",
+                    "scheduling", "disaggregation", "speculative-decoding", "collectives-behind-parallelism",
+                    "ring-or-tree", "dp-at-scale", "column-then-row", "fused-all-reduce", "quantization",
+                    "reload-or-recompute", "through-line"]
     assert [q.lesson for q in review.STAFF_QUESTIONS] == sorted(q.lesson for q in review.STAFF_QUESTIONS)
     for q in review.STAFF_QUESTIONS:
         assert (QUIZ_DIR / q.lesson.replace(".ipynb", ".yaml")).exists(), q.lesson

@@ -86,6 +86,20 @@ def test_every_topic_key_a_lesson_uses_exists_and_belongs_to_it(lesson):
             assert lesson.name in (owner, REVIEW), f"{lesson.name} shows {key!r}, which {owner} teaches"
 
 
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.name)
+def test_no_staff_answers_section_quotes_an_answer_in_markdown(lesson):
+    """A model answer typed into the section's Markdown is visible before the learner writes one,
+    whether or not the registry holds it: the section has a lead-in and the widget, no quotation."""
+    section = ""
+    for index, cell in enumerate(_cells(lesson)):
+        text = "".join(cell["source"])
+        section = next((line[3:] for line in text.splitlines() if line.startswith("## ")), section)
+        if cell["cell_type"] == "markdown" and section.endswith(outline.STAFF_ANSWERS):
+            quoted = [line for line in text.splitlines() if line.startswith(">")]
+            assert not quoted, (f"{lesson.name} cell {index} quotes a model answer under '{outline.STAFF_ANSWERS}': "
+                                f"{quoted[0][:80]!r}; move it into course_lib/review.py and show it with StaffAnswer")
+
+
 def test_every_registered_question_is_asked_somewhere():
     asked = {key for lesson in LESSONS for source in _code(lesson) for key in keys_used(source)}
     assert KEYS - asked == set(), f"staff questions no lesson shows: {sorted(KEYS - asked)}"
