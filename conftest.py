@@ -6,14 +6,22 @@
 * On a machine without a GPU, Triton kernels run in the interpreter; the variable must be
   set before any ``@triton.jit`` decorator runs.
 * Every test closes the matplotlib figures it drew.
+* Each lesson nbval runs whole gets two more checks, its Run All time and its widgets' answer
+  times, and the run ends with a table of both (``tests/lesson_time_checks.py``).
 """
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# tests/ holds helpers shared by test files and plugins; pytest puts it on sys.path for the
+# test files in it anyway (rootdir-relative imports), the plugin below needs it earlier.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+pytest_plugins = ["lesson_time_checks"]
 
 
 def _has_cuda() -> bool:
