@@ -9,8 +9,8 @@ every cell calling a ``course_lib.widgets`` class (or a function returning a wid
 
 What a learner can do to each control is done once, in order: a slider goes to its minimum, its
 maximum and a middle value; a drop-down, radio or toggle-button choice takes its first, a middle
-and its last option; a check box or toggle button flips; a text box gets new text; a button is clicked; then
-the control returns to where the lesson left it. Controls that a change reveals or enables (the
+and its last option; a check box or toggle button flips; a text box gets new text; a button is
+clicked (except in ``NOT_CLICKED``); then the control returns to where the lesson left it. Controls that a change reveals or enables (the
 staff answer's button once an answer is written) are driven before that control is set back.
 """
 
@@ -30,13 +30,6 @@ from process_times import HandlerClock
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SPREAD = 3  # options tried per drop-down or choice list: the first, a middle one and the last
 THREAD_WAIT_S = 10.0  # how long an answer handed to a thread is waited for
-
-EXCLUDED = {
-    "PrimitiveExplorer": "each change runs the collective on that many new gloo ranks, and starting a rank "
-                         "costs about 1 s here: the launcher's time, which tests/collectives measure",
-}
-"""Widgets whose controls are not driven, with the reason (only widgets that start ranks or run
-the real engine on a change belong here)."""
 
 NOT_CLICKED = {
     "QuizWidget": "its Check and line buttons save the learner's answers under ~/.course-quizzes, a folder "
@@ -144,20 +137,15 @@ def _children(widget: w.Widget) -> list[w.Widget]:
     return []
 
 
-def controls(root: w.Widget, excluded: list[str]) -> list[tuple[w.Widget, bool]]:
-    """Each visible, enabled control under ``root`` in display order, with whether it may be
-    clicked; the names of widgets in ``EXCLUDED`` met on the way are added to ``excluded``."""
+def controls(root: w.Widget) -> list[tuple[w.Widget, bool]]:
+    """Each visible, enabled control under ``root`` in display order, with whether it may be clicked."""
     found, stack = [], [(root, True)]
     while stack:
         widget, clickable = stack.pop()
-        name = type(widget).__name__
-        if name in EXCLUDED:
-            excluded += [] if name in excluded else [name]
-            continue
         if not _visible(widget) or getattr(widget, "disabled", False):
             continue
-        clickable = clickable and name not in NOT_CLICKED
-        if isinstance(widget, CONTROLS) or isinstance(widget, w.ValueWidget) and not isinstance(widget, DISPLAY_ONLY):
+        clickable = clickable and type(widget).__name__ not in NOT_CLICKED
+        if isinstance(widget, CONTROLS) or (isinstance(widget, w.ValueWidget) and not isinstance(widget, DISPLAY_ONLY)):
             found.append((widget, clickable))  # a value widget of no known kind is reported by drive()
         stack.extend((child, clickable) for child in reversed(_children(widget)))
     return found
@@ -188,14 +176,14 @@ def _timed(act: Callable[[], None]) -> dict:
             "estimate_s": usage.idle_s, "error": error}
 
 
-def drive(root: w.Widget, label: str, budget_s: float, excluded: list[str]) -> list[dict]:
+def drive(root: w.Widget, label: str, budget_s: float) -> list[dict]:
     """Time every learner action on every control under ``root``, in display order. The controls
     a control's changes reveal or enable are driven before it is set back. After an action over
     ``budget_s`` or an error, the control's remaining actions are skipped."""
     events, driven = [], set()
 
     def usable() -> dict[str, tuple[w.Widget, bool]]:
-        return {control.model_id: (control, clickable) for control, clickable in controls(root, excluded)}
+        return {control.model_id: (control, clickable) for control, clickable in controls(root)}
 
     def record(control: w.Widget, action: str, act: Callable[[], None]) -> bool:
         events.append({"widget": label, "control": _describe(control), "value": action, **_timed(act)})
@@ -293,24 +281,20 @@ def widget_factory_calls(sources: list[str]) -> list[list]:
 
 def probe_lesson(cells: list[dict], budget_s: float) -> dict:
     """Drive the widgets the lesson displayed. ``cells``: in order, each code cell's ``cell``
-    number, ``source`` and displayed ``model_ids``. Returns the timed ``events``, the widgets
-    ``excluded`` (with reasons), and the cells that call a widget factory but displayed none."""
-    result = {"events": [], "excluded": [], "undisplayed": []}
+    number, ``source``, displayed ``model_ids`` and whether it ``failed``. Returns the timed
+    ``events`` and the cells that call a widget factory but displayed no widget."""
+    result = {"events": [], "undisplayed": []}
     instances, seen = _instances(), set()
     for cell, factories in zip(cells, widget_factory_calls([cell["source"] for cell in cells])):
-        factories = [factory.__name__ for factory in factories]
-        models = [model for model in cell["model_ids"] if model in instances]
-        if factories and not models:
-            result["undisplayed"].append({"cell": cell["cell"], "factories": factories})
+        names = [factory.__name__ for factory in factories]
+        models = [model for model in dict.fromkeys(cell["model_ids"]) if model in instances and model not in seen]
+        if names and not cell["model_ids"]:
+            result["undisplayed"].append({"cell": cell["cell"], "factories": names, "failed": cell["failed"]})
         for model in models:
-            if model in seen:
-                continue
             seen.add(model)
             root = instances[model]
-            made_by = [name for name in factories if name != type(root).__name__]
-            label = f"Cell {cell['cell']} {type(root).__name__}" + (f" from {made_by[0]}" if made_by and
-                                                                    type(root).__module__.startswith("ipywidgets") else "")
-            excluded: list[str] = []
-            result["events"] += drive(root, label, budget_s, excluded)
-            result["excluded"] += [{"widget": label, "excluded": name, "reason": EXCLUDED[name]} for name in excluded]
+            made_by = [name for name in names if name != type(root).__name__]
+            plain = type(root).__module__.startswith("ipywidgets")  # made by a function: name it
+            label = f"Cell {cell['cell']} {type(root).__name__}" + (f" from {made_by[0]}" if plain and made_by else "")
+            result["events"] += drive(root, label, budget_s)
     return result
