@@ -10,8 +10,9 @@ every cell calling a ``course_lib.widgets`` class (or a function returning a wid
 What a learner can do to each control is done once, in order: a slider goes to its minimum, its
 maximum and a middle value; a drop-down, radio or toggle-button choice takes its first, a middle
 and its last option; a check box or toggle button flips; a text box gets new text; a button is
-clicked (except in ``NOT_CLICKED``); then the control returns to where the lesson left it. Controls that a change reveals or enables (the
-staff answer's button once an answer is written) are driven before that control is set back.
+clicked (except in ``NOT_CLICKED``); then the control returns to where the lesson left it.
+Controls that a change reveals or enables (the staff answer's button once an answer is written)
+are driven before that control is set back.
 """
 
 from __future__ import annotations
@@ -197,9 +198,9 @@ def drive(root: w.Widget, label: str, budget_s: float) -> list[dict]:
             driven.add(model_id)
             control, clickable = now[model_id]
             if not isinstance(control, CONTROLS):
+                unknown = f"no way to drive a {type(control).__name__}: add one to tests/widget_probe.py"
                 events.append({"widget": label, "control": _describe(control), "value": "", "wall_s": 0.0,
-                               "cpu_s": 0.0, "waited_s": 0.0, "estimate_s": 0.0,
-                               "error": f"no way to drive a {type(control).__name__}: add one to tests/widget_probe.py"})
+                               "cpu_s": 0.0, "waited_s": 0.0, "estimate_s": 0.0, "error": unknown})
                 continue
             if isinstance(control, w.Button) and not clickable:
                 continue
