@@ -64,13 +64,15 @@ def speculation_qps_sweep(qps_values: list[float], speculation: SimulatedSpecula
                           model: ModelSpec | str = "Llama-3.1-70B", gpu: GPU | str = "H100-80GB",
                           tensor_parallel_size: int = 4, min_requests: int = 200, arrivals_s: float = 20.0,
                           mean_prompt: int = 256, mean_output: int = 256, seed: int = 0, on_point=None,
-                          **engine_settings) -> list[SweepPoint]:
+                          baselines: dict | None = None, **engine_settings) -> list[SweepPoint]:
     """TPOT with and without ``speculation`` (default: a Llama-3.2-1B draft, k = 4, a = 0.7) for
     Poisson traffic at each rate, on ``tensor_parallel_size`` GPUs; a draft model without its own
     ``draft_efficiency`` pays the all-reduce latency of its own layers. Each rate serves
     ``max(min_requests, qps x arrivals_s)`` requests, so busy rates reach a steady batch before
     the arrivals stop. Prompt and output lengths are exponential with the given means.
-    ``on_point(i)`` reports progress."""
+    ``on_point(i)`` reports progress. ``baselines`` (a dict, filled as the sweep goes) keeps the
+    runs without speculation by rate: sweeps of several speculation settings that pass the same
+    dict, and the same everything else, run each baseline once."""
     model = get_model(model) if isinstance(model, str) else model
     group = tensor_parallel_group(get_gpu(gpu) if isinstance(gpu, str) else gpu, tensor_parallel_size)
     speculation = speculation or SimulatedSpeculation(4, 0.7, get_model("Llama-3.2-1B"))
@@ -82,7 +84,11 @@ def speculation_qps_sweep(qps_values: list[float], speculation: SimulatedSpecula
     points = []
     for i, qps in enumerate(qps_values):
         workload = poisson(max(min_requests, round(qps * arrivals_s)), qps, mean_prompt, mean_output, seed=seed)
-        off = SimulatedEngine(model, group, **settings).run(workload)
+        off = baselines.get(qps) if baselines is not None else None
+        if off is None:
+            off = SimulatedEngine(model, group, **settings).run(workload)
+            if baselines is not None:
+                baselines[qps] = off
         on = SimulatedEngine(model, group, speculation=speculation, **settings).run(workload)
         stats = on.spec_decode_stats
         until = workload[-1].arrival_time

@@ -1,19 +1,27 @@
 """Module 04's simulations with knobs: colocated against disaggregated serving, and the request
 rate where speculative decoding stops paying.
 
-Both run simulated mode (the real scheduler on a roofline clock) on every change; the figures
-and tables show only what ``engine.disaggregated`` and ``engine.speculation_sweep`` return.
+Both show simulated mode (the real scheduler on a roofline clock), and only what
+``engine.disaggregated`` and ``engine.speculation_sweep`` return. The disaggregation comparison
+runs on every change (well under a second); the speculation sweep takes seconds per setting, so
+its explorer looks each setting up in the grid ``engine.speculation_grid`` ran ahead. Every
+readout names the settings its numbers are for.
 """
 
 from __future__ import annotations
 
+import functools
+
 import ipywidgets as w
 import plotly.graph_objects as go
 
-from course_lib.engine.disaggregated import DisaggregationComparison, compare_disaggregation
+from course_lib.engine.disaggregated import DisaggregationComparison, compare_disaggregation, long_prompts_among_chats
 from course_lib.engine.simulated_speculation import SimulatedSpeculation
-from course_lib.engine.speculation_sweep import SweepPoint, crossover_qps, speculation_qps_sweep
-from course_lib.perf.models import get_model
+from course_lib.engine.speculation_grid import (ACCEPTANCE_RATES, DRAFT_COUNTS, DRAFTERS, SWEEP_DEFAULTS,
+                                                grid_speculation, lookup)
+from course_lib.engine.speculation_sweep import SweepPoint, crossover_qps
+from course_lib.perf.serving import expected_tokens_per_step
+from course_lib.perf.units import format_number
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
@@ -22,19 +30,31 @@ _WIDE = dict(continuous_update=False, style={"description_width": "14em"}, layou
 
 ROWS = (("ttft_p50_ms", "TTFT P50 (ms)"), ("ttft_p99_ms", "TTFT P99 (ms)"), ("itl_p50_ms", "ITL P50 (ms)"),
         ("itl_p99_ms", "ITL P99 (ms)"), ("itl_p99.9_ms", "ITL P99.9 (ms)"), ("itl_max_ms", "worst ITL gap (ms)"),
-        ("output_tokens_per_s", "tokens/s to finish"), ("gpu_utilization", "GPU busy share"))
-"""The comparison's rows; "tokens/s to finish" is output tokens over the time this workload took, not capacity."""
-QPS_VALUES = (1, 2, 4, 8, 16, 32, 64)
-SWEEP_SETTING = "Llama-3.1-70B on 4 x H100 (TP=4)"  # speculation_qps_sweep's defaults
+        ("output_tokens_per_s", "tokens/s to finish (all requests)"), ("gpu_utilization", "GPU busy share (all GPUs)"))
+"""The comparison's rows: latency for the requests asked about; the last two rows are the whole
+workload's ("tokens/s to finish" is output tokens over the time this workload took, not capacity)."""
+SWEEP_SETTING = (f"{SWEEP_DEFAULTS['model']} on {SWEEP_DEFAULTS['tensor_parallel_size']} x {SWEEP_DEFAULTS['gpu']} "
+                 f"(TP={SWEEP_DEFAULTS['tensor_parallel_size']})")
 
 
 def comparison_table(comparison: DisaggregationComparison, tag: str | None = None) -> str:
-    """The two layouts side by side as HTML, with each row's ratio (disaggregated / colocated)."""
+    """The two layouts side by side as HTML, with each row's ratio (disaggregated / colocated),
+    under a caption that says which requests the latency rows cover."""
     table = comparison.table(tag)
-    cells = "".join(f"<tr><td>{label}</td><td>{table[key][0]:,.1f}</td><td>{table[key][1]:,.1f}</td>"
+    cells = "".join(f"<tr><td>{label}</td><td>{format_number(table[key][0])}</td><td>{format_number(table[key][1])}</td>"
                     f"<td>{table[key][1] / table[key][0]:.2f}x</td></tr>" for key, label in ROWS if table[key][0])
-    return (f"<table><tr><th></th><th>{comparison.colocated.layout}</th><th>{comparison.disaggregated.layout}</th>"
+    covered, total = len(comparison.colocated.ttft(tag)), len(comparison.colocated.requests)
+    who = f"all {total:,} requests" if tag is None else f"the {covered:,} {tag} requests (of {total:,} in the workload)"
+    return (f"<table><caption>Latency of {who}; the last two rows cover the whole workload</caption>"
+            f"<tr><th></th><th>{comparison.colocated.layout}</th><th>{comparison.disaggregated.layout}</th>"
             f"<th>ratio</th></tr>{cells}</table>")
+
+
+@functools.lru_cache(maxsize=4)
+def documents_among_chats(document_tokens: int) -> tuple:
+    """``long_prompts_among_chats(document_tokens)``, built once per length: drawing its token ids
+    takes about a quarter of a comparison's time, and its requests are frozen, so runs share them."""
+    return tuple(long_prompts_among_chats(document_tokens))
 
 
 class DisaggregationExplorer(w.VBox):
@@ -53,17 +73,25 @@ class DisaggregationExplorer(w.VBox):
         super().__init__([self.document, self.prefill, self.decode, self.pipelined, self.readout])
         self._update()
 
+    def settings(self) -> str:
+        """The controls' current values, in words."""
+        return (f"{self.document.value:,}-token documents; {self.prefill.value} prefill + {self.decode.value} decode "
+                f"GPUs against {self.prefill.value + self.decode.value} colocated; KV sent "
+                f"{'layer by layer' if self.pipelined.value else 'after each prefill'}")
+
     @one_at_a_time
     def _update(self, change=None) -> None:
+        settings = self.settings()
+        self.readout.value = f"<i>Simulating {settings}…</i>"  # never the old numbers under new settings
         self.comparison = compare_disaggregation(self.model, self.gpu, document_tokens=self.document.value,
+                                                 workload=list(documents_among_chats(self.document.value)),
                                                  num_prefill=self.prefill.value, num_decode=self.decode.value,
                                                  pipelined=self.pipelined.value)
-        chat = self.comparison.table("chat")
-        worst_before, worst_after = chat["itl_max_ms"]
+        worst_before, worst_after = self.comparison.table("chat")["itl_max_ms"]
         self.readout.value = (
-            f"<b>Chat users' worst gap between tokens: {worst_before:.0f} ms colocated, {worst_after:.0f} ms "
-            f"disaggregated.</b> ({self.model} on {self.gpu}; {self.comparison.wall_s:.1f} s to simulate.)"
-            + comparison_table(self.comparison))
+            f"<b>{settings}</b> ({self.model} on {self.gpu}; {self.comparison.wall_s:.1f} s to simulate).<br>"
+            f"<b>Chat users' worst gap between tokens: {format_number(worst_before)} ms colocated, "
+            f"{format_number(worst_after)} ms disaggregated.</b>" + comparison_table(self.comparison, "chat"))
 
 
 def sweep_verdict(points: list[SweepPoint]) -> str:
@@ -100,15 +128,17 @@ def sweep_figure(points: list[SweepPoint], speculation: SimulatedSpeculation,
 
 
 class SpeculationSweepExplorer(w.VBox):
-    """Acceptance rate, k and the drafter; the QPS sweep reruns and redraws on every change."""
+    """Acceptance rate, k and the drafter; each change shows that setting's QPS sweep, looked up
+    in the grid ``engine.speculation_grid`` ran ahead (the same simulation), so it answers at once."""
 
-    DRAFTERS = {"Llama-3.2-1B draft model": "Llama-3.2-1B", "n-gram lookup (free drafts)": None}
+    DRAFTERS = {"Llama-3.2-1B draft model": DRAFTERS[0], "n-gram lookup (free drafts)": DRAFTERS[1]}
 
-    def __init__(self, acceptance_rate: float = 0.7, num_speculative_tokens: int = 4, min_requests: int = 200) -> None:
-        self.min_requests = min_requests
-        self.rate = w.FloatSlider(acceptance_rate, min=0.3, max=0.95, step=0.05, description="acceptance rate a",
-                                  **_WIDE)
-        self.k = w.IntSlider(num_speculative_tokens, 1, 8, 1, description="drafts per step k", **_WIDE)
+    def __init__(self, acceptance_rate: float = 0.7, num_speculative_tokens: int = 4) -> None:
+        lookup(acceptance_rate, num_speculative_tokens, DRAFTERS[0])  # refuses a setting off the grid, naming it
+        self.rate = w.FloatSlider(acceptance_rate, min=ACCEPTANCE_RATES[0], max=ACCEPTANCE_RATES[-1], step=0.05,
+                                  description="acceptance rate a", readout_format=".2f", **_WIDE)
+        self.k = w.IntSlider(num_speculative_tokens, DRAFT_COUNTS[0], DRAFT_COUNTS[-1], 1, description="drafts per step k",
+                             **_WIDE)
         self.drafter = w.Dropdown(options=list(self.DRAFTERS), description="drafter", layout=w.Layout(width="500px"),
                                   style={"description_width": "14em"})
         self.readout, self.figure = w.HTML(), PlotlyPane()
@@ -119,11 +149,16 @@ class SpeculationSweepExplorer(w.VBox):
 
     @one_at_a_time
     def _update(self, change=None) -> None:
-        draft = self.DRAFTERS[self.drafter.value]
-        self.speculation = SimulatedSpeculation(self.k.value, self.rate.value, draft and get_model(draft))
-        self.points = speculation_qps_sweep(list(QPS_VALUES), self.speculation, min_requests=self.min_requests)
+        rate = min(ACCEPTANCE_RATES, key=lambda grid_rate: abs(grid_rate - self.rate.value))  # a typed 0.33 shows 0.35
+        drafter = self.DRAFTERS[self.drafter.value]
+        self.speculation = grid_speculation(rate, self.k.value, drafter)
+        self.points = lookup(rate, self.k.value, drafter)
         low, high = self.points[0], self.points[-1]
-        self.readout.value = (f"QPS {low.qps:g}: <b>{low.speedup:.2f}x</b> faster per token; QPS {high.qps:g}: "
-                              f"<b>{high.speedup:.2f}x</b>; <b>{sweep_verdict(self.points)}</b>. Measured "
-                              f"{low.tokens_per_step:.2f} tokens per verification step.")
+        expected = expected_tokens_per_step(rate, self.k.value)
+        self.readout.value = (
+            f"<b>Showing a = {rate:.2f}, k = {self.k.value}, {self.drafter.value}</b> (the sweep of this setting, run "
+            f"ahead by <code>python -m course_lib.engine.speculation_grid</code>). QPS {low.qps:g}: "
+            f"<b>{low.speedup:.2f}x</b> faster per token; QPS {high.qps:g}: <b>{high.speedup:.2f}x</b>; "
+            f"<b>{sweep_verdict(self.points)}</b>. Measured at QPS {low.qps:g}: {low.tokens_per_step:.2f} tokens per "
+            f"verification step; (1 − a<sup>k+1</sup>) / (1 − a) = {expected:.2f}.")
         self.figure.show(sweep_figure(self.points, self.speculation))
