@@ -123,14 +123,13 @@ def sync(workdir: Path, course_root: Path = REPO_ROOT, refresh: bool = False) ->
 
 def command_script(workdir: Path, course_root: Path = REPO_ROOT) -> str:
     """The working copy's ``./course``: the course's command with ``COURSE_WORKDIR`` set to this copy
-    and ``COURSE_VENV`` to the virtual environment running this (when it is one), so that grading,
-    ``refresh`` and ``check`` all act on this copy with the course's environment."""
-    settings = [f"COURSE_WORKDIR={shlex.quote(str(workdir.resolve()))}"]
-    if sys.prefix != sys.base_prefix:
-        settings.append(f"COURSE_VENV={shlex.quote(sys.prefix)}")
+    and ``COURSE_VENV``, unless set, to the virtual environment running this (when it is one), so that
+    grading, ``refresh`` and ``check`` all act on this copy with the course's environment."""
+    venv = f"COURSE_VENV=${{COURSE_VENV:-{shlex.quote(sys.prefix)}}} " if sys.prefix != sys.base_prefix else ""
     return (f"#!/bin/sh\n{COMMAND_MARK} at every start; your edits here are replaced.\n"
             f"# It runs the course's own command for this copy: ./course grade exercises/01_paging.ipynb\n"
-            f"{' '.join(settings)} exec {shlex.quote(str(course_root.resolve() / COMMAND))} \"$@\"\n")
+            f"COURSE_WORKDIR={shlex.quote(str(workdir.resolve()))} {venv}"
+            f"exec {shlex.quote(str(course_root.resolve() / COMMAND))} \"$@\"\n")
 
 
 def write_command(workdir: Path, course_root: Path = REPO_ROOT) -> None:

@@ -12,10 +12,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
 import pytest
+from test_gpu_report import launcher_is_set_up
 from tornado.websocket import websocket_connect
 
 from course_lib import lab_settings
@@ -25,9 +27,12 @@ COURSE = str(REPO_ROOT / "course")
 TOKEN = "course-command-test"
 
 
+needs_set_up = pytest.mark.skipif(not launcher_is_set_up(), reason="./course would install the environment first")
+
+
 def course(*args: str, cwd=REPO_ROOT, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([COURSE, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **env})
+                          env={**os.environ, "COURSE_VENV": sys.prefix, **env})
 
 
 @pytest.mark.parametrize("spelling", ["help", "--help", "-h"])
@@ -58,9 +63,10 @@ def test_set_up_installs_the_course_defaults_where_jupyterlab_reads_them(tmp_pat
     assert path.stat().st_mtime_ns == written
 
 
+@needs_set_up
 def test_the_working_copy_grades_itself_and_the_checkout_names_it(tmp_path):
     work = tmp_path / "work"
-    made = subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "python"), "-m", "course_lib.workspace",
+    made = subprocess.run([sys.executable, "-m", "course_lib.workspace",
                            "--workdir", str(work)], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     shutil.copyfile(REPO_ROOT / "solutions" / "01_paging.ipynb", work / "exercises" / "01_paging.ipynb")
@@ -99,6 +105,7 @@ async def _type(port: int, terminal: str, command: str, until: str, timeout_s: f
     return seen
 
 
+@needs_set_up
 def test_a_terminal_opens_in_the_working_copy_whose_course_command_works(tmp_path):
     work, home, port = tmp_path / "work", tmp_path / "home", _free_port()
     home.mkdir()
@@ -106,7 +113,8 @@ def test_a_terminal_opens_in_the_working_copy_whose_course_command_works(tmp_pat
     server = subprocess.Popen([COURSE, "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
                                f"--IdentityProvider.token={TOKEN}"], cwd=tmp_path, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True,
-                              env={**os.environ, "HOME": str(home), "COURSE_WORKDIR": str(work), "SHELL": "/bin/bash"})
+                              env={**os.environ, "HOME": str(home), "COURSE_WORKDIR": str(work), "SHELL": "/bin/bash",
+                                   "COURSE_VENV": sys.prefix})
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(480):
