@@ -9,6 +9,7 @@ import shutil
 import nbformat
 import pytest
 
+from course_lib.grading.__main__ import build_targets
 from course_lib.grading.__main__ import main as grade_main
 from course_lib.grading.__main__ import unchanged_note
 from course_lib.paths import REPO_ROOT
@@ -74,3 +75,19 @@ def test_a_notebook_with_work_in_it_gets_no_note(working_copy):
     book.cells.append(nbformat.v4.new_code_cell("print('my own cell')"))  # any edit counts
     nbformat.write(book, solved)
     assert unchanged_note(solved) is None
+
+
+def test_build_names_pick_the_exercise_the_lesson_or_both():
+    """A module's solution and lesson share a name: a path picks one of them, a bare name both."""
+    solution, lesson = REPO_ROOT / "solutions" / "03_scheduler.ipynb", REPO_ROOT / "notebooks" / "03_scheduler.ipynb"
+    assert build_targets(["solutions/03_scheduler.ipynb"]) == ([solution], [])
+    assert build_targets(["exercises/03_scheduler.ipynb"]) == ([solution], [])
+    assert build_targets(["notebooks/03_scheduler.ipynb"]) == ([], [lesson])
+    assert build_targets(["03_scheduler"]) == ([solution], [lesson])
+    assert build_targets(["notebooks/10_review.ipynb", "solutions/01_paging.ipynb"]) == (
+        [REPO_ROOT / "solutions" / "01_paging.ipynb"], [REPO_ROOT / "notebooks" / "10_review.ipynb"])
+    everything = build_targets([])
+    assert solution in everything[0] and lesson in everything[1]
+    for wrong in ("03_schedular", "drafts/03_scheduler.ipynb"):
+        with pytest.raises(ValueError, match="the modules are 00_setup"):
+            build_targets([wrong])

@@ -81,24 +81,48 @@ def unchanged_note(notebook: str | Path) -> str | None:
             "cells and save the notebook in JupyterLab (File > Save Notebook, Ctrl+S) before grading it.")
 
 
+def build_targets(names: list[str]) -> tuple[list[Path], list[Path]]:
+    """The solutions and lessons ``--build`` executes: every one when no name is given; a bare module
+    name (``03_scheduler``) picks its solution and its lesson, which share the name; a path picks one
+    of them (``solutions/`` or ``exercises/``: the exercise; ``notebooks/``: the lesson). A name that
+    matches nothing raises ``ValueError`` naming what exists."""
+    solutions = sorted((REPO_ROOT / "solutions").glob("*.ipynb"))
+    lessons = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+    if not names:
+        return solutions, lessons
+    sides = {"": None, "solutions": "exercise", "exercises": "exercise", "notebooks": "lesson"}
+    wanted = set()
+    for name in names:
+        folder, stem = Path(name).parent.name, Path(name).stem
+        if folder not in sides or not any(p.stem == stem for p in solutions + lessons):
+            raise ValueError(f"--build {name}: name a module (e.g. 03_scheduler), solutions/NAME.ipynb or "
+                             f"notebooks/NAME.ipynb; the modules are {', '.join(p.stem for p in lessons)}.")
+        wanted.add((stem, sides[folder]))
+
+    def chosen(path: Path, side: str) -> bool:
+        return (path.stem, side) in wanted or (path.stem, None) in wanted
+
+    return [s for s in solutions if chosen(s, "exercise")], [lesson for lesson in lessons if chosen(lesson, "lesson")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course grade", description=__doc__)
     parser.add_argument("notebooks", nargs="*", help="notebooks to grade, e.g. exercises/01_paging.ipynb")
     parser.add_argument("--build", action="store_true",
-                        help="execute solutions/ and notebooks/, and write exercises/ from the solutions; "
-                             "with notebooks named, build only those")
+                        help="execute solutions/ and notebooks/, and write exercises/ from the solutions; with "
+                             "modules named (03_scheduler), build only those; solutions/NAME.ipynb builds only the "
+                             "exercise, notebooks/NAME.ipynb only the lesson")
     args = parser.parse_args(argv)
     if args.build:
-        chosen = {Path(n).stem for n in args.notebooks}
-        for solution in sorted((REPO_ROOT / "solutions").glob("*.ipynb")):
-            if chosen and solution.stem not in chosen:
-                continue
+        try:
+            solutions, lessons = build_targets(args.notebooks)
+        except ValueError as error:
+            parser.error(str(error))
+        for solution in solutions:
             execute(solution, keep_all_outputs=True)
             exercise = write_exercise(solution, REPO_ROOT / "exercises" / solution.name)
             print("executed", solution.relative_to(REPO_ROOT), "and wrote", exercise.relative_to(REPO_ROOT))
-        for lesson in sorted((REPO_ROOT / "notebooks").glob("*.ipynb")):
-            if chosen and lesson.stem not in chosen:
-                continue
+        for lesson in lessons:
             execute(lesson, keep_all_outputs=False)
             print("executed", lesson.relative_to(REPO_ROOT))
         return 0
