@@ -42,3 +42,20 @@ def test_link_peak_comes_from_the_gpu_preset_of_one_node_runs():
     assert link_peak_gbps(replace(cpu, device="NVIDIA H200")) == 450  # NVLink 4: 900 GB/s both ways
     assert link_peak_gbps(replace(cpu, device="NVIDIA L4")) == 32  # no NVLink: PCIe Gen4 x16
     assert link_peak_gbps(replace(cpu, device="NVIDIA H200", num_nodes=2)) is None
+
+
+def test_saved_gpu_runs_are_each_drawn_against_their_own_link(tmp_path, monkeypatch, capsys):
+    from course_lib.widgets import bandwidth_chart
+
+    shown = []
+    monkeypatch.setattr(bandwidth_chart, "display", shown.append)
+    monkeypatch.setattr(bandwidth_chart, "saved_results", lambda: [])
+    bandwidth_chart.show_saved_runs()
+    assert not shown and "./course gpu-report" in capsys.readouterr().out
+    saved = tmp_path / "nccl_bench_h200.json"
+    replace(_result(), backend="nccl", device="NVIDIA H200", hostnames=["node0"]).save(saved)
+    monkeypatch.setattr(bandwidth_chart, "saved_results", lambda: [saved])
+    bandwidth_chart.show_saved_runs()
+    (chart,) = shown
+    assert isinstance(chart, BandwidthChart) and chart.peak_gbps == link_peak_gbps(chart.result) == 450
+    assert "NVIDIA H200, nccl (nccl_bench_h200.json)" in chart.title

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ipywidgets as w
 import plotly.graph_objects as go
+from IPython.display import display
 
-from course_lib.collectives.bench import BenchResult
+from course_lib.collectives.bench import BenchResult, load_result, saved_results
 from course_lib.perf.bus_bandwidth import COLLECTIVES, bus_factor
 from course_lib.perf.hardware import match_gpu
 from course_lib.perf.units import format_bytes
@@ -73,3 +74,16 @@ class BandwidthChart(w.VBox):
 
     def _redraw(self, *_) -> None:
         self.pane.show(bandwidth_figure(self.result, self.metric.value, self.peak_gbps, self.title))
+
+
+def show_saved_runs() -> None:
+    """Display a ``BandwidthChart`` for every GPU run ``./course gpu-report`` saved (``bench.saved_results``),
+    each against its own link's peak (``link_peak_gbps``); where none is saved, say how to make one."""
+    saved = saved_results()
+    if not saved:
+        print("No GPU run saved yet: on a machine with 2 or more GPUs, `./course gpu-report` writes "
+              "benchmarks/results/nccl_bench_<gpu>.json, and this cell then draws it.")
+    for path in saved:
+        run = load_result(path)
+        display(BandwidthChart(run, peak_gbps=link_peak_gbps(run),
+                               title=f"{run.world_size} x {run.device}, {run.backend} ({path.name})"))
