@@ -2,14 +2,21 @@
 
 ``FIGURES_ON_PAGE`` runs in the browser and returns one record per drawn plotly figure: its
 title, how many traces have data points, and for each numeric axis its title, type, the range
-plotly chose and the extent of the data drawn on it. ``figure_problems`` turns those records
+plotly chose and the extent of the data drawn on it. A figure a cell returned comes back after a
+page reload as the PNG that plotly's JupyterLab extension saved with the notebook (hover returns
+when the cell runs again); such a picture is recorded as ``static``, drawn once it has loaded. ``figure_problems`` turns those records
 into sentences a learner would recognise ("the x axis runs to 10^264 while its data ends at
 10^4"): the defects found in module 04 before these checks existed.
 """
 
 from __future__ import annotations
 
-FIGURES_ON_PAGE = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
+FIGURES_ON_PAGE = """() => [...document.querySelectorAll('.jp-RenderedPlotly')].map(host => {
+    const gd = host.matches('.js-plotly-plot') ? host : host.querySelector('.js-plotly-plot');
+    const picture = host.querySelector('img.plot-img');
+    if (!gd && picture)  // plotly's extension shows a saved figure as its PNG until the cell runs again
+        return {drawn: picture.complete && picture.naturalWidth > 0, static: true, title: 'a saved figure'};
+    if (!gd) return {drawn: false};
     const full = gd._fullLayout;
     if (!full || !gd._fullData) return {drawn: false};
     const numeric = v => typeof v === 'number' && isFinite(v);
@@ -46,6 +53,8 @@ def figure_problems(figure: dict) -> list[str]:
     """What is wrong with one record of ``FIGURES_ON_PAGE``, in words (empty when it reads right)."""
     if not figure.get("drawn"):
         return ["a plotly figure was never drawn (no layout or data)"]
+    if figure.get("static"):
+        return []  # a picture plotly.js drew and saved: nothing left to read off it
     name = repr(figure["title"][:80]) if figure["title"] else "a figure without a title"
     problems = [] if figure["title"] else ["a figure has no title"]
     if not figure["tracesWithPoints"] or not figure["marks"]:

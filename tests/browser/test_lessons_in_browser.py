@@ -22,7 +22,7 @@ LESSONS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 SCREENSHOTS = REPO_ROOT / "browser-screenshots"
 
 PLOTLY_FIGURES = {  # lesson: how many plotly figures it shows after Run All (a figure that never draws is missed)
-    "00_setup": 0, "00_start_here": 0, "01_paging": 0, "02_batching": 1, "03_scheduler": 3, "04_roofline": 4,
+    "00_setup": 0, "00_start_here": 0, "01_paging": 0, "02_batching": 1, "03_scheduler": 2, "04_roofline": 4,
     "05_collectives": 0, "06_ring_vs_tree": 1, "07_nccl_topology": 5, "08_fused_tp": 3, "09_serving_tradeoffs": 2,
     "10_review": 0,
 }
@@ -52,7 +52,8 @@ def _figures_once_drawn(page, expected: int, seconds: float = 60) -> list[dict]:
     figures = []
     for _ in range(int(seconds * 2)):
         figures = page.evaluate(FIGURES_ON_PAGE)
-        if len(figures) >= expected and all(f.get("drawn") and f["tracesWithPoints"] and f["marks"] for f in figures):
+        if len(figures) >= expected and all(f.get("drawn") and (f.get("static") or f["tracesWithPoints"] and f["marks"])
+                                            for f in figures):
             break
         page.wait_for_timeout(500)
     return figures

@@ -34,3 +34,8 @@ def test_empty_untitled_and_undrawn_figures_are_reported():
     assert "shows no data" in figure_problems(empty)[0]
     assert "no title" in figure_problems(_figure(xaxis=GOOD_LOG_X) | {"title": ""})[0]
     assert "has no title" in figure_problems(_figure(xaxis=GOOD_LOG_X | {"title": ""}))[0]
+
+
+def test_a_saved_picture_counts_once_loaded():
+    assert figure_problems({"drawn": True, "static": True, "title": "a saved figure"}) == []
+    assert figure_problems({"drawn": False, "static": True, "title": "a saved figure"})
