@@ -45,3 +45,27 @@ def test_lesson_ends_with_links_to_its_exercise_the_next_lesson_and_the_course_h
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.name)
 def test_lesson_says_how_to_bring_widgets_back(lesson):
     assert "Run All Cells" in _markdown(lesson)[0]
+
+
+GRADE_COMMAND = re.compile(r"\./course grade (\S+?)`")
+NEW_TERMINAL = "File ▸ New ▸ Terminal"
+
+
+@pytest.mark.parametrize("lesson", [entry for entry in outline.OUTLINE if entry.exercise], ids=lambda entry: entry.file)
+def test_hand_off_says_to_grade_the_exercise_in_a_terminal_of_the_working_copy(lesson):
+    """JupyterLab's Terminal opens in the learner's working copy, whose own ./course grades
+    exercises/NAME.ipynb: the hand-off says exactly that, as every exercise does."""
+    last = _markdown(REPO_ROOT / "notebooks" / lesson.file)[-1]
+    assert GRADE_COMMAND.findall(last) == [f"exercises/{lesson.exercise}"] and NEW_TERMINAL in last, \
+        f"{lesson.file}'s 'What next' must say: open {NEW_TERMINAL} and run `./course grade exercises/{lesson.exercise}`"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_grade_command_in_a_lesson_is_the_working_copys(notebook):
+    """A notebook runs in the working copy, so the grade command it shows takes the copy's path
+    (exercises/NAME.ipynb, not my-work/exercises/...) and the cell says where to open the terminal."""
+    for text in _markdown(notebook):
+        for path in GRADE_COMMAND.findall(text):
+            assert re.fullmatch(r"exercises/(\d\d_\w+|NN_name)\.ipynb", path) and NEW_TERMINAL in text, \
+                f"{notebook.name} shows `./course grade {path}`; say: open {NEW_TERMINAL} and run " \
+                "`./course grade exercises/NN_name.ipynb`"
