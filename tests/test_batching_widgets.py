@@ -82,3 +82,12 @@ def test_explorer_readout_and_timelines_follow_the_sliders():
     assert ratio_in(explorer.readout.value) == 1.0
     explorer.num_slots.value = 4
     assert len(explorer.runs) == 3  # the 4-slot run came back from memory
+
+
+def test_explorer_kept_figure_draws_what_a_new_figure_would():
+    explorer = BatchingExplorer()
+    explorer.num_slots.value, explorer.mean_output.value = 32, 128  # longer runs: other ticks and margins
+    assert explorer.figure.value == BatchingExplorer(num_slots=32, mean_output=128).figure.value
+    explorer.num_requests.value, explorer.spread.value = 16, 3.0
+    assert explorer.figure.value == BatchingExplorer(num_slots=32, num_requests=16, mean_output=128,
+                                                     spread=3.0).figure.value

@@ -1,18 +1,24 @@
 """The lesson widgets (explorers, charts, timelines), driven the way a learner drives them."""
 
+import gc
+import io
 import threading
 
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
+from PIL import Image
 
+from course_lib.paging.paged import PagedAllocator
 from course_lib.perf.kv import kv_bytes_per_token
 from course_lib.perf.models import MODELS
 from course_lib.perf.units import GiB
 from course_lib.widgets.allocator_explorer import AllocatorExplorer
 from course_lib.widgets.cow_explorer import CopyOnWriteExplorer
-from course_lib.widgets.figure_pane import FigurePane, render_png
+from course_lib.widgets.figure_pane import DPI, FigurePane, new_figure, render_png
 from course_lib.widgets.kv_calculator import CONTEXTS, KVCalculator
+from course_lib.widgets.memory_map import draw_paged
 from course_lib.widgets.memory_plan import MemoryPlanExplorer
 
 matplotlib.use("Agg")
@@ -83,6 +89,98 @@ def test_figure_pane_redraws_safely_from_several_threads():
     assert not errors
     calc.batch.value = 7  # whatever order the threads finished in, the picture follows the last change
     assert calc.figure.value == render_png(calc.draw())
+
+
+def _savefig_png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)), dtype=float)
+
+
+def test_render_png_draws_a_figure_once_into_the_picture_savefig_would_save():
+    fig = new_figure(5, 3)
+    ax = fig.subplots()
+    ax.plot([512, 131072], [0.5, 300], label="a line")
+    ax.set(xscale="log", yscale="log", title="A log-log figure", xlabel="tokens", ylabel="GiB")
+    ax.legend()
+    fig.tight_layout()
+    draws = []
+    fig.canvas.mpl_connect("draw_event", draws.append)
+    ours = _pixels(render_png(fig))
+    assert len(draws) == 1  # savefig draws twice: once to measure, once more to save the crop
+    theirs = _pixels(_savefig_png(fig))
+    assert ours.shape == theirs.shape  # the same crop: what is drawn plus savefig's padding
+    assert np.abs(ours - theirs).mean() < 1  # the same picture, up to a shift of less than a pixel
+
+
+def test_render_png_leaves_a_figure_drawn_past_its_edges_to_savefig():
+    fig = new_figure(4, 3)
+    ax = fig.subplots()
+    ax.plot([1, 2], [3, 4], label="a line")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.05, 1))  # past the figure's right edge
+    png = render_png(fig)
+    assert png == _savefig_png(fig) and _pixels(png).shape[1] > 4 * DPI  # savefig widens the picture to show it
+
+
+def test_a_redraw_runs_with_the_cycle_collector_paused_and_restores_it():
+    pane, collecting = FigurePane(), []
+
+    def draw():
+        collecting.append(gc.isenabled())
+        fig = new_figure(2, 2)
+        fig.subplots().plot([1, 2], [3, 4])
+        return fig
+
+    pane.redraw(draw)
+    assert collecting == [False] and gc.isenabled()
+
+
+def test_kv_calculator_context_changes_the_readout_and_not_the_curves():
+    calc = KVCalculator("Llama-3-8B")
+    draws, draw = [], calc.draw
+    calc.draw = lambda: draws.append(1) or draw()
+    calc.context.value = 131072
+    assert "131,072 tokens = <b>16.0 GiB per sequence" in calc.readout.value and not draws
+    calc.batch.value = 8
+    assert draws == [1]
+
+
+def test_kept_figures_draw_what_a_new_figure_would():
+    calc = KVCalculator("Llama-3-8B")
+    for preset in ("Mixtral-8x7B", "Falcon-7B", "Llama-3.1-70B"):
+        calc.preset.value = preset
+        calc.batch.value, calc.dtype.value, calc.kv_heads.value = 256, "fp32", 1  # other limits, colours, legend
+    calc.batch.value, calc.dtype.value = 16, "fp16"
+    calc.preset.value = "Qwen2.5-7B"
+    assert calc.figure.value == KVCalculator("Qwen2.5-7B").figure.value
+    explorer, new = AllocatorExplorer(), AllocatorExplorer()
+    for _ in range(6):
+        explorer.add_requests(5)
+        explorer.generate(64)
+    explorer.reset()
+    assert explorer.figure.value == new.figure.value
+    for pool in (explorer, new):
+        pool.add_requests(5)
+        pool.generate(32)
+    assert explorer.figure.value == new.figure.value
+
+
+def test_paged_map_draws_the_pool_in_a_few_artists_whatever_its_size():
+    artists = []
+    for num_blocks in (64, 4096):
+        pool = PagedAllocator(num_blocks=num_blocks, block_size=16, max_model_len=512)
+        pool.admit("req1", 40, 100)
+        fig = new_figure(6, 4)
+        ax = draw_paged(fig.subplots(), pool)
+        artists.append(len(ax.patches) + len(ax.collections))
+        background, held, stored = ax.collections
+        assert len(background.get_paths()) == num_blocks and len(held.get_paths()) == 3  # 40 tokens: 3 blocks
+        assert [np.ptp(path.vertices[:, 1]) for path in stored.get_paths()] == pytest.approx([0.9, 0.9, 0.9 * 8 / 16])
+    assert artists[0] == artists[1]
 
 
 def test_memory_plan_explains_the_startup_bug_and_its_fixes():

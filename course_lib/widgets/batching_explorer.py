@@ -24,7 +24,7 @@ from course_lib.engine.simulated import SimulatedEngine, SimulationReport
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.workloads import WorkloadRequest
-from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time, tight_layout_afresh
 from course_lib.widgets.timeline import plot_slot_timeline
 
 POLICIES = ("static", "continuous")
@@ -127,7 +127,9 @@ def plot_spread_sweep(ratios: dict[int, dict[float, float]], num_requests: int, 
 class BatchingExplorer(w.VBox):
     """Sliders for slots, requests, mean output and spread; both slot timelines and a readout
     (steps, idle share, simulated throughput, the ratio) update when a slider is released.
-    Each setting is served once and remembered, so returning to it is instant."""
+    Each setting is served once and remembered, so returning to it is instant. One figure is
+    kept and redrawn (under the drawing lock): its axes and ticks are made once, and far fewer
+    objects are left for the garbage collector on each change."""
 
     def __init__(self, num_slots: int = 8, num_requests: int = 64, mean_output: int = 64, spread: float = 1.0,
                  model: ModelSpec | None = None, gpu: GPU | None = None) -> None:
@@ -139,6 +141,8 @@ class BatchingExplorer(w.VBox):
         self.mean_output = w.IntSlider(mean_output, 8, 128, 8, description="mean output (tokens)", **options)
         self.spread = w.FloatSlider(spread, min=0, max=3, step=0.25, description="spread (std / mean)", **options)
         self.readout, self.figure = w.HTML(), FigurePane()
+        self.plot = new_figure(10, 5)
+        self.plot.subplots(2, 1, sharex=True)
         for control in (self.num_slots, self.num_requests, self.mean_output, self.spread):
             control.observe(lambda _: self.refresh(), "value")
         super().__init__([self.num_slots, self.num_requests, self.mean_output, self.spread, self.readout, self.figure])
@@ -147,14 +151,15 @@ class BatchingExplorer(w.VBox):
     def draw(self):
         """Both slot timelines on one step scale (the longer run sets it); sets ``self.idle``
         (policy -> share of slot-steps idle)."""
-        slots, lengths = self.num_slots.value, self.lengths
-        fig = new_figure(10, 5)
-        axes = fig.subplots(2, 1, sharex=True)
+        slots, lengths, fig, axes = self.num_slots.value, self.lengths, self.plot, self.plot.axes
+        for ax in axes:
+            for image in ax.images:
+                image.remove()
         self.idle = {policy: plot_slot_timeline(ax, [s.scheduled for s in report.steps], slots, f"{policy} batching")
                      for ax, (policy, report) in zip(axes, self.reports.items())}
         axes[0].set_xlim(-0.5, max(len(r.steps) for r in self.reports.values()) - 0.5)  # one scale for both
         fig.suptitle(f"{len(lengths)} requests on {slots} slots, output lengths {min(lengths)}-{max(lengths)} tokens")
-        fig.tight_layout()
+        tight_layout_afresh(fig)
         return fig
 
     @one_at_a_time

@@ -7,7 +7,7 @@ import ipywidgets as w
 from course_lib.perf.kv import DTYPE_BYTES, kv_bytes_per_token
 from course_lib.perf.models import MODELS, ModelSpec, attention_variants, kv_head_choices
 from course_lib.perf.units import GiB, format_bytes
-from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
+from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time, tight_layout_afresh
 from course_lib.widgets.selection_readout import with_readout
 
 CONTEXTS = [2**k for k in range(9, 18)]  # 512 .. 131072 tokens
@@ -24,7 +24,9 @@ class KVCalculator(w.VBox):
 
     Invariant: the KV-heads slider only offers counts that divide the preset's query heads
     (at most one KV head per query head); the curves compare MHA, GQA and MQA on the preset's
-    query heads with the current layers, head dim and dtype.
+    query heads with the current layers, head dim and dtype. One figure is kept and redrawn
+    (under the drawing lock), so its log axes' ticks and text sizes are made once; the context
+    slider only changes the readout, so it does not redraw the curves.
     """
 
     def __init__(self, preset: str = "Llama-3-8B") -> None:
@@ -37,6 +39,10 @@ class KVCalculator(w.VBox):
         self.batch = w.IntSlider(description="batch", min=1, max=256, value=16)
         self.readout = w.HTML()
         self.figure = FigurePane()
+        self.plot = new_figure(7.5, 3.6)
+        self.plot.subplots().set(xscale="log", yscale="log", xlabel="context length (tokens)",
+                                 ylabel="KV cache for the batch (GiB)")
+        self.plotted: tuple | None = None  # the settings the curves show
         self._loading = False
         self.load_preset()
         self.preset.observe(lambda _: self.load_preset(), "value")
@@ -67,13 +73,15 @@ class KVCalculator(w.VBox):
         heads = self.kv_heads.value if kv_heads is None else kv_heads
         return kv_bytes_per_token(self.layers.value, heads, self.head_dim.value, DTYPE_BYTES[self.dtype.value])
 
+    def curve_settings(self) -> tuple:
+        """What the curves depend on (the context slider is not part of it)."""
+        return (self.preset.value, self.layers.value, self.kv_heads.value, self.head_dim.value, self.dtype.value,
+                self.batch.value)
+
     @one_at_a_time
     def refresh(self) -> None:
-        if not self._loading:
-            self.figure.redraw(self.draw)
-
-    def draw(self):
-        """Update the readout; return KV per batch against context for MHA, GQA, MQA and the chosen KV heads."""
+        if self._loading:
+            return
         token = self.per_token()
         seq, batch = token * self.context.value, token * self.context.value * self.batch.value
         self.readout.value = (
@@ -82,8 +90,18 @@ class KVCalculator(w.VBox):
             f"{format_bytes(token)} per token</b><br>x {self.context.value:,} tokens = <b>{format_bytes(seq)}"
             f" per sequence</b><br>x {self.batch.value} sequences = <b>{format_bytes(batch)} per batch</b></div>"
         )
-        fig = new_figure(7.5, 3.6)
-        ax = fig.subplots()
+        if self.curve_settings() != self.plotted:
+            self.figure.redraw(self.draw)
+
+    def draw(self):
+        """KV per batch against context for MHA, GQA, MQA and the chosen KV heads, drawn on the kept figure."""
+        self.plotted = self.curve_settings()
+        ax = self.plot.axes[0]
+        for artist in [*ax.lines, *ax.texts]:
+            artist.remove()
+        ax.relim()  # limits and colours as on new axes: from the curves drawn next, colours from the first
+        ax.set_prop_cycle(None)
+        token = self.per_token()
         for label, heads in attention_kinds(self.spec):
             ax.plot(CONTEXTS, [self.per_token(heads) * c * self.batch.value / GiB for c in CONTEXTS], label=label,
                     lw=1.2)
@@ -91,8 +109,7 @@ class KVCalculator(w.VBox):
                 label=f"chosen: {self.kv_heads.value} KV heads")
         ax.axhline(80, color="grey", lw=0.8)
         ax.text(CONTEXTS[0], 85, "80 GiB: one H100", fontsize=8, color="grey")
-        ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="KV cache for the batch (GiB)",
-               title=f"KV cache of {self.batch.value} sequences vs context length ({self.spec.num_heads} query heads)")
+        ax.set_title(f"KV cache of {self.batch.value} sequences vs context length ({self.spec.num_heads} query heads)")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        return fig
+        tight_layout_afresh(self.plot)
+        return self.plot

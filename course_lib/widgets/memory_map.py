@@ -7,6 +7,7 @@ side by side; colors follow the request, shades show stored versus held-but-empt
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.collections import PolyCollection
 from matplotlib.patches import Patch, Rectangle
 
 from course_lib.paging.block_table import CopyOnWriteBlockTables
@@ -60,6 +61,13 @@ def draw_reserve_for_max(ax, pool: ReserveForMaxAllocator, rows: int = 8):
     return ax
 
 
+def _add_boxes(ax, boxes: list[tuple[float, float, float, float]], **style) -> None:
+    """Rectangles ``(x, y, width, height)`` drawn as one collection (one artist for a whole pool,
+    not one per block); ``style`` takes a collection's per-box lists, such as ``facecolors``."""
+    corners = [[(x, y), (x + width, y), (x + width, y + height), (x, y + height)] for x, y, width, height in boxes]
+    ax.add_collection(PolyCollection(corners, **style), autolim=False)
+
+
 def _block_ticks(ax, count: int, every: int = 1) -> None:
     """Whole-number block ticks under the middle of each drawn block (blocks span [i, i + 0.92])."""
     ax.set_xticks([i + 0.46 for i in range(0, count, every)], [str(i) for i in range(0, count, every)])
@@ -68,17 +76,23 @@ def _block_ticks(ax, count: int, every: int = 1) -> None:
 def draw_paged(ax, pool: PagedAllocator, columns: int = 32):
     """The pool as a grid of blocks; each block's filled height shows how many of its slots hold tokens."""
     rows = -(-pool.num_blocks // columns)
-    for block in range(pool.num_blocks):
+
+    def corner(block: int) -> tuple[int, int]:
         row, col = divmod(block, columns)
-        ax.add_patch(Rectangle((col, rows - 1 - row), 0.9, 0.9, facecolor="white", edgecolor="#bbbbbb", lw=0.5))
+        return col, rows - 1 - row
+
+    _add_boxes(ax, [(*corner(block), 0.9, 0.9) for block in range(pool.num_blocks)], facecolors="white",
+               edgecolors="#bbbbbb", linewidths=0.5)
+    held, stored, colors = [], [], []
     for req_id, table in pool.block_tables.items():
         length, color = pool.lengths[req_id], _color(req_id)
         for i, block in enumerate(table):
             filled = min(pool.block_size, length - i * pool.block_size) / pool.block_size
-            row, col = divmod(block, columns)
-            y = rows - 1 - row
-            ax.add_patch(Rectangle((col, y), 0.9, 0.9, facecolor=color, alpha=HELD_ALPHA, lw=0))
-            ax.add_patch(Rectangle((col, y), 0.9, 0.9 * filled, facecolor=color, alpha=STORED_ALPHA, lw=0))
+            held.append((*corner(block), 0.9, 0.9))
+            stored.append((*corner(block), 0.9, 0.9 * filled))
+            colors.append(color[:3])
+    _add_boxes(ax, held, facecolors=[(*color, HELD_ALPHA) for color in colors], linewidths=0)
+    _add_boxes(ax, stored, facecolors=[(*color, STORED_ALPHA) for color in colors], linewidths=0)
     ax.set_xlim(0, columns)
     ax.set_ylim(0, rows)
     labelled = range(0, rows, 1 if rows <= 10 else 2)  # readable labels: at most about 10
@@ -96,14 +110,16 @@ def draw_block_tables(ax, tables: CopyOnWriteBlockTables):
     copied = {new for _, new in tables.copies}
     seqs = list(tables.block_tables)
     width = max((len(t) for t in tables.block_tables.values()), default=1)
+    cells, faces, edges = [], [], []
     for row, seq in enumerate(seqs):
         y = len(seqs) - 1 - row
         for col, block in enumerate(tables.block_tables[seq]):
-            shared = tables.ref_counts[block] > 1
-            ax.add_patch(Rectangle((col, y), 0.92, 0.85, facecolor="#ff9f40" if shared else "#5b9bd5",
-                                   edgecolor="black", lw=1.8 if block in copied else 0.4))
+            cells.append((col, y, 0.92, 0.85))
+            faces.append("#ff9f40" if tables.ref_counts[block] > 1 else "#5b9bd5")
+            edges.append(1.8 if block in copied else 0.4)
             ax.text(col + 0.46, y + 0.42, str(block), ha="center", va="center", fontsize=9,
                     fontweight="bold" if block in copied else "normal")
+    _add_boxes(ax, cells, facecolors=faces, edgecolors="black", linewidths=edges)
     ax.set_xlim(0, width)
     _block_ticks(ax, width)
     ax.set_ylim(0, len(seqs))
