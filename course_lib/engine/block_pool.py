@@ -14,7 +14,9 @@ Invariants (checked by the property tests):
     identical block-aligned prompts, ``n > 1`` siblings, a recompute after preemption). The cache
     keeps every copy, keyed by hash then block id, as vLLM does; a lookup returns one of them,
     and evicting one copy leaves the others findable;
-  * all queue and cache operations are O(1) (a doubly linked list through the blocks themselves);
+  * all queue and cache operations are O(1) (a doubly linked list through the blocks themselves),
+    and so is creating a pool of any size: each block object is made when it is first handed out
+    (``FreeKVCacheBlockQueue``);
   * with an offload pool (``engine/kv_offload.py``), evicting the *last* GPU copy of a hash first
     queues a copy of it to the CPU tier, so the hash stays findable there.
 """
@@ -37,15 +39,22 @@ class KVCacheBlock:
 
 
 class FreeKVCacheBlockQueue:
-    """Doubly linked list of free blocks with O(1) append, popleft and remove-from-the-middle."""
+    """Doubly linked list of free blocks with O(1) append, prepend, popleft and remove-from-the-middle.
 
-    def __init__(self, blocks: list[KVCacheBlock]) -> None:
-        self._head = KVCacheBlock(-1)
-        self._tail = KVCacheBlock(-1)
-        self._head.next_free, self._tail.prev_free = self._tail, self._head
-        self.num_free_blocks = 0
-        for block in blocks:
-            self.append(block)
+    It starts as every block in id order, as vLLM's does, but makes each block object only when
+    ``popleft`` first reaches it: the blocks never handed out, ids ``len(created) .. num_blocks - 1``,
+    wait as one run at the place of the ``_unused`` node (ahead of every block appended since,
+    behind every block prepended since). Popping, iterating and counting see exactly the queue an
+    up-front list of every block would give. ``created`` holds the blocks made so far, by id.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.created: list[KVCacheBlock] = []
+        self._head, self._unused, self._tail = KVCacheBlock(-1), KVCacheBlock(-1), KVCacheBlock(-1)
+        self._head.next_free, self._unused.prev_free = self._unused, self._head
+        self._unused.next_free, self._tail.prev_free = self._tail, self._unused
+        self.num_free_blocks = num_blocks
 
     def append(self, block: KVCacheBlock) -> None:
         last = self._tail.prev_free
@@ -70,10 +79,30 @@ class FreeKVCacheBlockQueue:
         if self.num_free_blocks == 0:
             raise ValueError("No free block left; the caller must check num_free_blocks first.")
         block = self._head.next_free
-        self.remove(block)
+        if block is not self._unused:
+            self.remove(block)
+            return block
+        block = KVCacheBlock(len(self.created))
+        self.created.append(block)
+        self.num_free_blocks -= 1
+        if len(self.created) == self.num_blocks:  # the run is used up: unlink its marker
+            self._head.next_free, self._unused.next_free.prev_free = self._unused.next_free, self._head
         return block
 
+    def create_all(self) -> None:
+        """Make every block not made yet and link the run in place of the ``_unused`` node."""
+        if len(self.created) == self.num_blocks:
+            return
+        last = self._unused.prev_free
+        for block_id in range(len(self.created), self.num_blocks):
+            block = KVCacheBlock(block_id, prev_free=last)
+            last.next_free = block
+            self.created.append(block)
+            last = block
+        last.next_free, self._unused.next_free.prev_free = self._unused.next_free, last
+
     def __iter__(self):
+        self.create_all()
         block = self._head.next_free
         while block is not self._tail:
             yield block
@@ -86,8 +115,8 @@ class BlockPool:
     def __init__(self, num_blocks: int, enable_caching: bool = True, offload: KVOffloadPool | None = None) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be positive, got {num_blocks}; give the KV cache more memory.")
-        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
-        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.num_blocks = num_blocks
+        self.free_block_queue = FreeKVCacheBlockQueue(num_blocks)
         self.enable_caching = enable_caching
         # hash -> {block id: block}: every GPU block that holds that hash (usually exactly one)
         self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
@@ -96,6 +125,13 @@ class BlockPool:
     @property
     def num_free_blocks(self) -> int:
         return self.free_block_queue.num_free_blocks
+
+    @property
+    def blocks(self) -> list[KVCacheBlock]:
+        """Every block, by id. Makes the blocks never handed out yet, O(num_blocks) the first time:
+        to count them, read ``num_blocks``."""
+        self.free_block_queue.create_all()
+        return self.free_block_queue.created
 
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         """A block holding ``block_hash`` (the first cached, when several do), or None."""
@@ -165,13 +201,13 @@ class BlockPool:
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash (vLLM's ``reset_prefix_cache``); refused (False) while any
         block is in use, since a running request's blocks must keep theirs."""
-        if self.num_free_blocks != len(self.blocks):
+        if self.num_free_blocks != self.num_blocks:
             return False
         self.cached_block_hash_to_block.clear()
-        for block in self.blocks:
+        for block in self.free_block_queue.created:  # a block never handed out holds no hash
             block.block_hash = None
         return True
 
     def usage(self) -> float:
         """Share of blocks that some request references."""
-        return 1 - self.num_free_blocks / len(self.blocks)
+        return 1 - self.num_free_blocks / self.num_blocks

@@ -162,7 +162,7 @@ def _run_pool(engines: list[_Instance], items: list[WorkloadRequest], gpus: list
 
 
 def _check_fits(engine: _Instance, item: WorkloadRequest, what: str) -> None:
-    capacity = len(engine.kv.block_pool.blocks) * engine.block_size
+    capacity = engine.kv.block_pool.num_blocks * engine.block_size
     if len(item.prompt_token_ids) + item.output_len > capacity:
         raise ValueError(f"A request of {len(item.prompt_token_ids)} prompt + {item.output_len} output tokens can "
                          f"never fit a {what} GPU's KV cache ({capacity} tokens); give that pool more KV blocks "

@@ -132,3 +132,61 @@ def test_reference_counts_free_queue_and_cache_always_agree(ops):
                 assert pool.cached_block_hash_to_block[block.block_hash][block.block_id] is block
         for key, copies in pool.cached_block_hash_to_block.items():
             assert copies and all(b.block_hash == key for b in copies.values())
+
+
+def test_a_pool_makes_a_block_only_when_it_first_hands_it_out():
+    pool = BlockPool(30_000)  # a simulated H100's KV cache
+    assert pool.free_block_queue.created == [] and pool.num_free_blocks == 30_000 and pool.usage() == 0
+    assert ids(pool.get_new_blocks(3)) == [0, 1, 2] and len(pool.free_block_queue.created) == 3
+    assert pool.num_free_blocks == 29_997 and pool.usage() == pytest.approx(3 / 30_000)
+    assert ids(pool.blocks) == list(range(30_000))  # asking for every block makes the rest
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["take", "take partial", "hit", "free", "reset", "look"]),
+                          st.integers(0, 11)), max_size=60))
+def test_blocks_made_on_first_use_leave_the_queue_as_an_up_front_list_would(ops):
+    """Reference: vLLM's free queue as a plain list of every block id, made up front."""
+    pool = BlockPool(10)
+    queue = list(range(10))
+    hash_of: dict[int, object] = {}  # block id -> the hash it holds
+    held: list = []  # one entry per reference we hold
+    taken = set()  # ids ever handed out
+    looked = False  # iterating the queue makes every block
+    for n, (op, pick) in enumerate(ops):
+        if op.startswith("take") and queue:
+            count = min(pick % 3 + 1, len(queue))
+            expected, queue = queue[:count], queue[count:]
+            blocks = pool.get_new_blocks(count)
+            assert ids(blocks) == expected
+            for block in blocks:  # reuse evicts the old hash
+                hash_of.pop(block.block_id, None)
+                if op == "take":
+                    hash_of[block.block_id] = hash_block_tokens(None, [n, block.block_id])
+                    pool.cache_full_block(block, hash_of[block.block_id])
+            held += blocks
+            taken.update(expected)
+        elif op == "hit" and hash_of:
+            block_id = sorted(hash_of)[pick % len(hash_of)]
+            block = pool.get_cached_block(hash_of[block_id])
+            assert block.block_id == block_id
+            pool.touch([block])
+            if block_id in queue:
+                queue.remove(block_id)
+            held.append(block)
+        elif op == "free" and held:
+            freed = [held.pop(pick % len(held)) for _ in range(min(pick % 3 + 1, len(held)))]
+            pool.free_blocks(freed)
+            released = [b.block_id for i, b in enumerate(freed) if b not in held and b not in freed[i + 1:]]
+            queue = [i for i in released if i not in hash_of] + queue + [i for i in released if i in hash_of]
+        elif op == "reset":
+            assert pool.reset_prefix_cache() == (not held)
+            if not held:
+                hash_of.clear()
+        elif op == "look":
+            assert ids(pool.free_block_queue) == queue
+            looked = True
+        assert pool.num_free_blocks == len(queue)
+        assert len(pool.free_block_queue.created) == (10 if looked else len(taken))
+        assert {b.block_id: b.block_hash for b in pool.free_block_queue.created if b.block_hash} == hash_of
+    assert ids(pool.free_block_queue) == queue and ids(pool.blocks) == list(range(10))
