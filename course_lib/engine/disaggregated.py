@@ -26,8 +26,9 @@ import time
 from dataclasses import dataclass, field, replace
 
 from course_lib.checks import require_positive
+from course_lib.cycle_collector import cycle_collector_paused
 from course_lib.engine.request import Request
-from course_lib.engine.simulated import SimulatedEngine, cycle_collector_paused, percentile
+from course_lib.engine.simulated import SimulatedEngine, percentile
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.serving import kv_transfer

@@ -314,7 +314,7 @@ class LLM:
             step=len(self.step_trace), scheduled=dict(plan.num_scheduled_tokens),
             waiting=[r.request_id for r in self.scheduler.waiting],
             running=[r.request_id for r in self.scheduler.running],
-            blocks_used=len(pool.blocks) - pool.num_free_blocks, blocks_free=pool.num_free_blocks,
+            blocks_used=pool.num_blocks - pool.num_free_blocks, blocks_free=pool.num_free_blocks,
             prefix_hit_tokens=plan.prefix_hit_tokens, preempted=list(plan.preempted),
             kv_offload_blocks=len(plan.kv_offload), kv_reload_blocks=len(plan.kv_reload),
             wall_time_s=time.perf_counter() - started, model_time_s=model_time))

@@ -18,11 +18,10 @@ exactly what the real engine would decide on the same tokens.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import random
 from dataclasses import dataclass, field
 
+from course_lib.cycle_collector import cycle_collector_paused
 from course_lib.engine.config import SchedulerConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
 from course_lib.engine.metrics import SpecDecodeStats
@@ -51,19 +50,6 @@ class SimulatedStep:
     bound: str
     swap_s: float = 0.0  # part of duration_s spent copying swapped blocks over PCIe
     draft_s: float = 0.0  # part of duration_s the draft model spent proposing for the next step
-
-
-@contextlib.contextmanager
-def cycle_collector_paused():
-    """A run allocates hundreds of thousands of short-lived objects and no reference cycles, so
-    Python's cycle collector only burns time (about a quarter of a 1,000-request run)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -27,7 +27,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import imsave
 
-from course_lib.engine.simulated import cycle_collector_paused
+from course_lib.cycle_collector import cycle_collector_paused
 
 DRAW_LOCK = threading.RLock()
 """Held while a figure is drawn and rendered; reentrant, so a redraw may trigger another."""
