@@ -209,19 +209,24 @@ def fused_tp(num_ranks: int = 8, tokens: int = 16) -> Bound:
 def quantization() -> Bound:
     model, gpu = get_model(LARGE_MODEL), get_gpu(GPU_NAME)
     bf16, w4 = quant_cost.weight_memory(model, "BF16"), quant_cost.weight_memory(model, "W4A16")
+    w4_checkpoint = quant_cost.weight_memory(model, "W4A16", quantized_embeddings=False)
     gpus_bf16 = quant_cost.min_gpus_for_weights(model, "BF16", gpu)
     gpus_w4 = quant_cost.min_gpus_for_weights(model, "W4A16", gpu)
+    gpus_w4_checkpoint = quant_cost.min_gpus_for_weights(model, "W4A16", gpu, quantized_embeddings=False)
     best = quant_cost.best_scheme(model, gpu, 1)
     crossover = quant_cost.crossover_batch(model, gpu)
     return Bound(
         "09", MEMORY_BANDWIDTH,
-        f"{model.name}'s weights are {bf16 / 1e9:.1f} GB in BF16 ({gpus_bf16} H100s before any KV cache), "
-        f"{w4 / 1e9:.1f} GB in W4A16 ({gpus_w4}). At batch 1 {best} is fastest; FP8 W8A8 overtakes it from "
-        f"batch {crossover}, once W4A16's step is compute-bound on the BF16 tensor cores.",
+        f"{model.name}'s weights are {bf16 / 1e9:.1f} GB in BF16 ({gpus_bf16} H100s before any KV cache); in "
+        f"W4A16 {w4 / 1e9:.1f} GB with every weight quantized ({gpus_w4}), about {w4_checkpoint / 1e9:.1f} GB as "
+        f"checkpoints ship it, embeddings and lm_head in 16 bits ({gpus_w4_checkpoint}). At batch 1 {best} is "
+        f"fastest; FP8 W8A8 overtakes it from batch {crossover}, once W4A16's step is compute-bound on the BF16 "
+        "tensor cores.",
         "weight-only 4-bit (W4A16) for bandwidth-bound small batches, FP8 W8A8 for compute-bound throughput, "
         "both behind an accuracy gate",
-        {"bf16_bytes": bf16, "w4a16_bytes": w4, "bf16_gpus": gpus_bf16, "w4a16_gpus": gpus_w4,
-         "fp8_crossover_batch": crossover}, aspect="quantization")
+        {"bf16_bytes": bf16, "w4a16_bytes": w4, "w4a16_checkpoint_bytes": w4_checkpoint, "bf16_gpus": gpus_bf16,
+         "w4a16_gpus": gpus_w4, "w4a16_checkpoint_gpus": gpus_w4_checkpoint, "fp8_crossover_batch": crossover},
+        aspect="quantization")
 
 
 def kv_offload(tokens: int = 10_100) -> Bound:

@@ -43,6 +43,16 @@ def test_llama_70b_in_bf16_needs_two_h100s_before_any_kv_cache():
         max_batch_in_memory(L70, "FP8-W8A8", H100) > 0
 
 
+def test_gpus_for_a_checkpoint_count_its_16_bit_embeddings():
+    """Sized as weight_memory sizes them: Mixtral-8x7B in W4A16 fits one L4 (24.15 GB) with every
+    weight quantized (24.08 GB), not as checkpoints ship it (24.47 GB, embeddings and lm_head in 16 bits)."""
+    mixtral, l4 = get_model("Mixtral-8x7B"), get_gpu("L4-24GB")
+    assert weight_memory(mixtral, "W4A16") < l4.memory_bytes < weight_memory(mixtral, "W4A16", quantized_embeddings=False)
+    assert min_gpus_for_weights(mixtral, "W4A16", l4) == 1
+    assert min_gpus_for_weights(mixtral, "W4A16", l4, quantized_embeddings=False) == 2
+    assert min_gpus_for_weights(L70, "W4A16", H100, quantized_embeddings=False) == 1  # 39.5 GB
+
+
 def test_decode_step_matches_a_hand_count_and_reuses_the_roofline():
     cost = decode_step_cost(L8, "W4A16", H100, 1, context_len=1024, efficiency=EXACT)
     attention = 4 * 32 * 32 * 128 * 1025

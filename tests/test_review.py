@@ -48,6 +48,9 @@ def test_the_figures_are_the_cost_models_own():
     assert by["08", "latency"]["one_shot_s"] == tp_all_reduce.one_shot_time(8, size) * 160
     assert by["08", "latency"]["two_shot_s"] == tp_all_reduce.two_shot_time(8, size) * 160
     assert by["09", "memory bandwidth"]["bf16_gpus"] == quant_cost.min_gpus_for_weights(LLAMA_70B, "BF16", H100) == 2
+    nine = by["09", "memory bandwidth"]
+    assert nine["w4a16_bytes"] == quant_cost.weight_memory(LLAMA_70B, "W4A16")
+    assert nine["w4a16_checkpoint_bytes"] == quant_cost.weight_memory(LLAMA_70B, "W4A16", quantized_embeddings=False)
     offload = by["09", "KV memory"]
     assert offload["reload_s"] == kv_tiers.reload_time(LLAMA_8B, 10_100, kv_tiers.get_tier(kv_tiers.CPU_DRAM))
     assert 0.025 < offload["reload_s"] < 0.03 and 0.3 < offload["recompute_s"] < 0.35  # ~26 ms against ~0.3 s
@@ -73,6 +76,15 @@ def test_the_table_links_every_lesson_and_quotes_the_figures():
     for row, line in zip(ROWS, lines[2:]):
         assert f"](../notebooks/{row.lesson})" in line and f"**{row.resource}**" in line and row.evidence in line
     assert "128.0 KiB" in table and "62.6%" in table and "3.36 tokens" in table and "1.32 GB" in table
+
+
+def test_the_quantization_row_gives_w4a16_as_modelled_and_as_checkpoints_ship_it():
+    """As lesson 09 and quiz 09 say: 36.4 GB with every weight quantized, about 39.5 GB with the
+    embeddings and lm_head in 16 bits, as GPTQ and AWQ checkpoints keep them; one H100 either way."""
+    row = review.quantization()
+    assert "36.4 GB with every weight quantized (1)" in row.evidence
+    assert "about 39.5 GB as checkpoints ship it, embeddings and lm_head in 16 bits (1)" in row.evidence
+    assert row.figures["w4a16_checkpoint_gpus"] == row.figures["w4a16_gpus"] == 1
 
 
 def test_a_row_refuses_an_unknown_resource_or_module_and_takes_its_title_from_the_outline():

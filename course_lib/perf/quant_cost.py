@@ -139,13 +139,15 @@ def weight_memory(model: ModelSpec, scheme: str | QuantScheme = "BF16", quantize
 
 
 def min_gpus_for_weights(model: ModelSpec, scheme: str | QuantScheme, gpu: GPU,
-                         memory_utilization: float = 1.0) -> int:
-    """Fewest GPUs whose memory (x ``memory_utilization``) holds the weights alone, before any KV
-    cache, activations or CUDA context: a lower bound. Llama-3.1-70B in BF16 (141.2 GB) needs two
-    H100-80GB (80 GiB = 85.9 GB each); a serving deployment also needs room for KV blocks
-    (``kv.plan_kv_cache``) and a tensor-parallel size that divides the heads."""
+                         memory_utilization: float = 1.0, quantized_embeddings: bool = True) -> int:
+    """Fewest GPUs whose memory (x ``memory_utilization``) holds the weights alone (sized as
+    ``weight_memory`` does), before any KV cache, activations or CUDA context: a lower bound.
+    Llama-3.1-70B in BF16 (141.2 GB) needs two H100-80GB (80 GiB = 85.9 GB each); a serving
+    deployment also needs room for KV blocks (``kv.plan_kv_cache``) and a tensor-parallel size that
+    divides the heads."""
     require_fraction("memory_utilization", memory_utilization)
-    return max(1, math.ceil(weight_memory(model, scheme) / (gpu.memory_bytes * memory_utilization)))
+    weights = weight_memory(model, scheme, quantized_embeddings)
+    return max(1, math.ceil(weights / (gpu.memory_bytes * memory_utilization)))
 
 
 def max_batch_in_memory(model: ModelSpec, scheme: str | QuantScheme, gpu: GPU, context_len: int = 1024,
