@@ -29,6 +29,7 @@ from course_lib.perf.units import KiB, format_bytes
 from course_lib.widgets.crossover import log_options
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
+from course_lib.widgets.selection_readout import with_readout
 
 SIZES = np.logspace(10, 26, 129, base=2)  # 1 KiB .. 64 MiB
 TICKS = [KiB * 4**k for k in range(9)]
@@ -192,7 +193,8 @@ class AllReduceCrossover(w.VBox):
         self.mode.observe(lambda _: self.redraw(), "value")
         for control in (self.num_ranks, self.alpha_us, self.bandwidth):
             control.observe(lambda _: self.redraw(), "value")
-        super().__init__([self.mode, self.num_ranks, self.alpha_us, self.bandwidth, self.verdict, self.pane])
+        sliders = [with_readout(slider) for slider in (self.num_ranks, self.alpha_us, self.bandwidth)]
+        super().__init__([self.mode, *sliders, self.verdict, self.pane])
         self.redraw()
 
     def set_measured(self, rows: list[dict], world_size: int | None = None) -> None:
