@@ -1,9 +1,9 @@
 """Exercise 04's tasks: a step's arithmetic intensity, greedy and random verification of drafts, the P:D ratio.
 
-Expected values come from the course's roofline (``perf.roofline.step_cost`` at full efficiency),
-the engine's rejection sampler (greedy verification), the exact output distribution of one
-rejection-sampling step (the learner's sampler is run thousands of times and judged by a
-chi-square test), and ``perf.serving.pd_ratio``.
+Expected values come from the course's roofline (``perf.roofline.step_cost`` against the peak roofs,
+``AT_THE_ROOFS``, so the binding roof follows the peaks' ridge point), the engine's rejection sampler
+(greedy verification), the exact output distribution of one rejection-sampling step (the learner's
+sampler is run thousands of times and judged by a chi-square test), and ``perf.serving.pd_ratio``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from course_lib.grading.values import Rule
 from course_lib.perf.hardware import GPUS, get_gpu
 from course_lib.perf.kv import model_kv_bytes_per_token
 from course_lib.perf.models import MODELS, get_model
-from course_lib.perf.roofline import Efficiency, ridge_point, step_cost
+from course_lib.perf.roofline import AT_THE_ROOFS, ridge_point, step_cost
 from course_lib.perf.serving import pd_ratio
 
-PEAKS = Efficiency(compute=1.0, memory=1.0, overhead_s=0.0)  # the roofline itself: no share lost, no overhead
 DRAWS = 3000  # calls of the learner's sampler per case
 SIGNIFICANCE = 1e-6  # a right sampler fails a case this rarely; the mistakes score far above the critical value
 
@@ -32,7 +31,7 @@ SIGNIFICANCE = 1e-6  # a right sampler fails a case this rarely; the mistakes sc
 
 def roofline_step(model_name: str, gpu_name: str, requests: list[tuple[int, int]]) -> dict:
     """FLOPs, bytes, arithmetic intensity and binding roof of one bf16 step, from ``step_cost``."""
-    cost = step_cost(get_model(model_name), get_gpu(gpu_name), requests, "bf16", PEAKS)
+    cost = step_cost(get_model(model_name), get_gpu(gpu_name), requests, "bf16", AT_THE_ROOFS)
     return {"flops": cost.flops, "bytes": cost.bytes, "intensity": cost.arithmetic_intensity, "bound": cost.bound}
 
 
