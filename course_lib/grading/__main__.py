@@ -32,7 +32,8 @@ def grade_file(notebook: str | Path) -> ExerciseGrade:
     """Grade one notebook file against the exercise of the same name."""
     path = Path(notebook)
     if not path.is_file() or path.suffix != ".ipynb":
-        raise FileNotFoundError(f"{notebook} is not a notebook file; pass a path like my-work/exercises/01_paging.ipynb.")
+        raise FileNotFoundError(f"{notebook} is not a notebook file; pass a path like exercises/01_paging.ipynb "
+                                "(from JupyterLab's Terminal, which opens in your working copy).")
     pristine = REPO_ROOT / "exercises" / path.name
     if not pristine.is_file():
         names = ", ".join(p.name for p in sorted((REPO_ROOT / "exercises").glob("*.ipynb")))
