@@ -15,7 +15,7 @@ course gained since. ``./course refresh`` brings course updates into it:
 
 The working copy also holds its own ``./course`` (``write_command``): a two-line script that runs the
 course's ``course`` command for *this* copy, so in JupyterLab's Terminal, which opens in the working
-copy, ``./course grade exercises/01_paging.ipynb`` grades the learner's notebook. It is rewritten at
+copy, ``./course grade exercises/01_paging_exercise.ipynb`` grades the learner's notebook. It is rewritten at
 every start (a file of that name the learner wrote themselves is left alone, with a warning).
 
 The manifest ``.course-manifest.json`` records, per file, a hash of the cell sources as copied
@@ -34,6 +34,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from course_lib.exercise_files import exercise_file
 from course_lib.paths import REPO_ROOT
 
 CONTENT_FOLDERS = ("notebooks", "exercises")
@@ -66,6 +67,10 @@ def _load_manifest(path: Path) -> dict[str, dict[str, str]]:
     except (OSError, ValueError, KeyError, TypeError):
         print(f"warning: {path} is unreadable; treating every notebook there as possibly edited.", file=sys.stderr)
     return {"copied": {}, "offered": {}}
+
+
+def _save_manifest(path: Path, manifest: dict[str, dict[str, str]]) -> None:
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
 def _refresh_one(source: Path, copy: Path, name: str, manifest: dict[str, dict[str, str]]) -> str | None:
@@ -117,7 +122,7 @@ def sync(workdir: Path, course_root: Path = REPO_ROOT, refresh: bool = False) ->
             if line:
                 report.append(line)
             if json.dumps(manifest, sort_keys=True) != before:  # saved file by file: see the module docstring
-                manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+                _save_manifest(manifest_path, manifest)
     return report
 
 
@@ -127,7 +132,7 @@ def command_script(workdir: Path, course_root: Path = REPO_ROOT) -> str:
     grading, ``refresh`` and ``check`` all act on this copy with the course's environment."""
     venv = f"COURSE_VENV=${{COURSE_VENV:-{shlex.quote(sys.prefix)}}} " if sys.prefix != sys.base_prefix else ""
     return (f"#!/bin/sh\n{COMMAND_MARK} at every start; your edits here are replaced.\n"
-            f"# It runs the course's own command for this copy: ./course grade exercises/01_paging.ipynb\n"
+            f"# It runs the course's own command for this copy: ./course grade exercises/{exercise_file('01_paging')}\n"
             f"COURSE_WORKDIR={shlex.quote(str(workdir.resolve()))} {venv}"
             f"exec {shlex.quote(str(course_root.resolve() / COMMAND))} \"$@\"\n")
 
@@ -142,7 +147,7 @@ def write_command(workdir: Path, course_root: Path = REPO_ROOT) -> None:
         mine = True
     if mine:
         print(f"warning: {path} is not the course's; kept it. From the course folder, ./course grade "
-              f"{workdir}/exercises/NAME.ipynb grades your work.", file=sys.stderr)
+              f"{workdir}/exercises/{exercise_file('NN_name')} grades your work.", file=sys.stderr)
         return
     text = command_script(workdir, course_root)
     if not path.exists() or path.read_text(encoding="utf-8") != text:

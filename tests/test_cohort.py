@@ -17,8 +17,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib.exercise_files import course_exercise, solution_file
 from course_lib.grading.__main__ import grade_file
 from course_lib.grading.__main__ import main as grade_main
+from course_lib.grading import cohort as cohort_command
 from course_lib.grading.cohort import grade_cohort, grade_submission
 from course_lib.grading.grade import prepare_exercise, program_cells
 from course_lib.grading.gradebook import write_gradebook
@@ -28,10 +30,10 @@ from course_lib.grading.sandbox import Limits, sandbox_problem
 from course_lib.paths import REPO_ROOT
 from course_lib.quiz.bank import load_bank
 
-EXERCISE = REPO_ROOT / "exercises" / "03_scheduler.ipynb"
-SOLUTION = REPO_ROOT / "solutions" / "03_scheduler.ipynb"
-PAGING = REPO_ROOT / "exercises" / "01_paging.ipynb"
-PAGING_SOLUTION = REPO_ROOT / "solutions" / "01_paging.ipynb"
+EXERCISE = course_exercise("03_scheduler")
+SOLUTION = REPO_ROOT / "solutions" / solution_file("03_scheduler")
+PAGING = course_exercise("01_paging")
+PAGING_SOLUTION = REPO_ROOT / "solutions" / solution_file("01_paging")
 TASKS = ["Task 1 · The hash chain", "Task 2 · The longest cached prefix", "Task 3 · One step under a token budget"]
 
 IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
@@ -251,6 +253,21 @@ def test_gradebook_files_are_complete_and_reproducible(cohort, tmp_path):
 def test_an_empty_submissions_folder_is_refused(tmp_path, scheduler):
     with pytest.raises(FileNotFoundError, match="no learner folders"):
         grade_cohort(tmp_path, [scheduler], lambda *args: None, isolate=ISOLATE)
+
+
+def test_grade_cohort_exercise_option_takes_the_module_id(tmp_path, monkeypatch, capsys):
+    prepared = []
+    monkeypatch.setattr(cohort_command, "grade_cohort",
+                        lambda root, exercises, *args, **kwargs: prepared.extend(exercises) or [])
+    (tmp_path / "submissions" / "alice").mkdir(parents=True)
+    assert cohort_command.main([str(tmp_path / "submissions"), "--out", str(tmp_path / "gradebook"), "--no-sandbox",
+                                "--exercise", "03_scheduler"]) == 0
+    assert [exercise.name for exercise in prepared] == ["03_scheduler"]
+    assert prepared[0].pristine == nbformat.read(EXERCISE, as_version=4)
+    with pytest.raises(SystemExit):
+        cohort_command.main([str(tmp_path / "submissions"), "--no-sandbox", "--exercise", "03_scheduler_exercise"])
+    assert "--exercise 03_scheduler_exercise: no such module; the modules are 01_paging, 02_batching" in \
+        capsys.readouterr().err
 
 
 # --- notebooks that never finish, or stop the process -------------------------------------------

@@ -1,6 +1,6 @@
 """The ``./course`` command as a learner meets it: help exits 0 and an unknown command 2; ``./course lab``
 runs JupyterLab inside the working copy, so a Terminal opens there (or in the file browser's folder
-of the copy), and the copy's own ``./course grade exercises/NAME.ipynb`` grades the learner's notebook;
+of the copy), and the copy's own ``./course grade exercises/NN_name_exercise.ipynb`` grades the learner's notebook;
 its set-up installs JupyterLab's course defaults (no Jupyter-news toast)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from test_gpu_report import launcher_is_set_up
 from tornado.websocket import websocket_connect
 
 from course_lib import lab_settings
+from course_lib.exercise_files import exercise_file, solution_file
 from course_lib.paths import REPO_ROOT
 
 COURSE = str(REPO_ROOT / "course")
@@ -69,12 +70,13 @@ def test_the_working_copy_grades_itself_and_the_checkout_names_it(tmp_path):
     made = subprocess.run([sys.executable, "-m", "course_lib.workspace",
                            "--workdir", str(work)], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
-    shutil.copyfile(REPO_ROOT / "solutions" / "01_paging.ipynb", work / "exercises" / "01_paging.ipynb")
-    mine = course("grade", "exercises/01_paging.ipynb", cwd=work, COURSE_WORKDIR="elsewhere")
+    exercise = f"exercises/{exercise_file('01_paging')}"
+    shutil.copyfile(REPO_ROOT / "solutions" / solution_file("01_paging"), work / exercise)
+    mine = course("grade", exercise, cwd=work, COURSE_WORKDIR="elsewhere")
     assert mine.returncode == 0 and "4/4 tasks, PASS" in mine.stdout, mine.stdout + mine.stderr
-    pristine = course("grade", "exercises/01_paging.ipynb", COURSE_WORKDIR=str(work))
+    pristine = course("grade", exercise, COURSE_WORKDIR=str(work))
     assert pristine.returncode == 1 and "not graded" in pristine.stdout
-    assert "the course's own copy" in pristine.stdout and str(work / "exercises" / "01_paging.ipynb") in pristine.stdout
+    assert "the course's own copy" in pristine.stdout and str(work / exercise) in pristine.stdout
 
 
 def _free_port() -> int:

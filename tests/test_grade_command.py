@@ -9,13 +9,15 @@ import shutil
 import nbformat
 import pytest
 
+from course_lib.exercise_files import course_exercise, exercise_file, solution_file
 from course_lib.grading.__main__ import build_targets
 from course_lib.grading.__main__ import main as grade_main
 from course_lib.grading.__main__ import unchanged_note
 from course_lib.paths import REPO_ROOT
 
-NAME = "01_paging.ipynb"
-COURSE_COPY = REPO_ROOT / "exercises" / NAME
+NAME = exercise_file("01_paging")
+COURSE_COPY = course_exercise("01_paging")
+SOLVED = REPO_ROOT / "solutions" / solution_file("01_paging")
 
 
 @pytest.fixture
@@ -69,7 +71,7 @@ def test_the_note_on_the_learners_own_unchanged_copy_says_to_save_it(working_cop
 
 def test_a_notebook_with_work_in_it_gets_no_note(working_copy):
     solved = working_copy / "exercises" / NAME
-    shutil.copyfile(REPO_ROOT / "solutions" / NAME, solved)
+    shutil.copyfile(SOLVED, solved)
     assert unchanged_note(solved) is None
     book = nbformat.read(COURSE_COPY, as_version=4)
     book.cells.append(nbformat.v4.new_code_cell("print('my own cell')"))  # any edit counts
@@ -78,14 +80,15 @@ def test_a_notebook_with_work_in_it_gets_no_note(working_copy):
 
 
 def test_build_names_pick_the_exercise_the_lesson_or_both():
-    """A module's solution and lesson share a name: a path picks one of them, a bare name both."""
-    solution, lesson = REPO_ROOT / "solutions" / "03_scheduler.ipynb", REPO_ROOT / "notebooks" / "03_scheduler.ipynb"
-    assert build_targets(["solutions/03_scheduler.ipynb"]) == ([solution], [])
-    assert build_targets(["exercises/03_scheduler.ipynb"]) == ([solution], [])
+    """A path picks a module's solution (and so its exercise) or its lesson, a bare module id both."""
+    solution = REPO_ROOT / "solutions" / solution_file("03_scheduler")
+    lesson = REPO_ROOT / "notebooks" / "03_scheduler.ipynb"
+    assert build_targets([f"solutions/{solution_file('03_scheduler')}"]) == ([solution], [])
+    assert build_targets([f"exercises/{exercise_file('03_scheduler')}"]) == ([solution], [])
     assert build_targets(["notebooks/03_scheduler.ipynb"]) == ([], [lesson])
     assert build_targets(["03_scheduler"]) == ([solution], [lesson])
-    assert build_targets(["notebooks/10_review.ipynb", "solutions/01_paging.ipynb"]) == (
-        [REPO_ROOT / "solutions" / "01_paging.ipynb"], [REPO_ROOT / "notebooks" / "10_review.ipynb"])
+    assert build_targets(["notebooks/10_review.ipynb", f"solutions/{solution_file('01_paging')}"]) == (
+        [SOLVED], [REPO_ROOT / "notebooks" / "10_review.ipynb"])
     everything = build_targets([])
     assert solution in everything[0] and lesson in everything[1]
     for wrong in ("03_schedular", "drafts/03_scheduler.ipynb"):

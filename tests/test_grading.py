@@ -6,6 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from course_lib.exercise_files import SOLUTION, course_exercise, exercise_file, module_of, solution_file
 from course_lib.grading.execute import is_checked
 from course_lib.grading.exercise import make_exercise, strip_solution
 from course_lib.grading.grade import grade_notebook, prepare_exercise
@@ -53,7 +54,7 @@ def test_make_exercise_clears_outputs_and_locks_checks():
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
 def test_committed_exercise_is_built_from_its_solution(solution):
-    exercise = nbformat.read(REPO_ROOT / "exercises" / solution.name, as_version=4)
+    exercise = nbformat.read(course_exercise(module_of(solution.name, SOLUTION)), as_version=4)
     expected = make_exercise(nbformat.read(solution, as_version=4))
     assert [c.source for c in exercise.cells] == [c.source for c in expected.cells]
     assert [c.get("outputs") for c in exercise.cells] == [c.get("outputs") for c in expected.cells], \
@@ -64,16 +65,16 @@ def test_committed_exercise_is_built_from_its_solution(solution):
 def test_the_grader_passes_each_solution_and_fails_each_untouched_exercise(solution):
     solved = grade_file(solution)
     assert solved.status == "graded" and all(c.passed for c in solved.checks), [c.message for c in solved.checks]
-    untouched = grade_file(REPO_ROOT / "exercises" / solution.name)
+    untouched = grade_file(course_exercise(module_of(solution.name, SOLUTION)))
     assert untouched.status == "graded" and untouched.score == 0
     assert all("not done yet" in c.message for c in untouched.checks)
 
 
 def test_a_wrong_answer_fails_only_its_own_task_and_says_why(tmp_path, capsys):
-    book = nbformat.read(REPO_ROOT / "solutions" / "01_paging.ipynb", as_version=4)
+    book = nbformat.read(REPO_ROOT / "solutions" / solution_file("01_paging"), as_version=4)
     task1 = next(c for c in book.cells if "def kv_bytes_per_token" in c.source)
     task1.source = task1.source.replace("return 2 * num_layers", "return num_layers")  # forgot K and V
-    wrong = tmp_path / "01_paging.ipynb"
+    wrong = tmp_path / exercise_file("01_paging")
     nbformat.write(book, wrong)
     assert grade_main([str(wrong)]) == 1
     out = capsys.readouterr().out
@@ -103,8 +104,8 @@ def test_lessons_are_committed_without_stale_outputs(lesson):
 
 def test_without_a_sandbox_the_same_pipeline_gives_the_same_verdicts():
     """Machines without bubblewrap (a learner's laptop) grade in a plain process group."""
-    exercise = prepare_exercise(REPO_ROOT / "exercises" / "01_paging.ipynb")
-    for folder, score in (("solutions", 4), ("exercises", 0)):
-        book = nbformat.read(REPO_ROOT / folder / "01_paging.ipynb", as_version=4)
+    exercise = prepare_exercise(course_exercise("01_paging"))
+    for path, score in ((REPO_ROOT / "solutions" / solution_file("01_paging"), 4), (course_exercise("01_paging"), 0)):
+        book = nbformat.read(path, as_version=4)
         grade = grade_notebook("me", book, exercise, isolate=False)
         assert (grade.status, grade.score) == ("graded", score), [c.message for c in grade.checks]

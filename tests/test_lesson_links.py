@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from course_lib import outline
+from course_lib.exercise_files import EXERCISE, exercise_file, exercise_modules, module_of
 from course_lib.paths import REPO_ROOT
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -20,7 +21,11 @@ def _markdown(path: Path) -> list[str]:
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+EXERCISES = sorted((REPO_ROOT / "exercises").glob("*.ipynb"))
+SOLUTIONS = sorted((REPO_ROOT / "solutions").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS + EXERCISES + SOLUTIONS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_notebook_link_resolves(notebook):
     for text in _markdown(notebook):
         for target in LINK.findall(text):
@@ -63,9 +68,20 @@ def test_hand_off_says_to_grade_the_exercise_in_a_terminal_of_the_working_copy(l
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_grade_command_in_a_lesson_is_the_working_copys(notebook):
     """A notebook runs in the working copy, so the grade command it shows takes the copy's path
-    (exercises/NAME.ipynb, not my-work/exercises/...) and the cell says where to open the terminal."""
+    (exercises/NN_name_exercise.ipynb, not my-work/exercises/... nor the exercise's old name
+    exercises/NN_name.ipynb) and the cell says where to open the terminal."""
     for text in _markdown(notebook):
         for path in GRADE_COMMAND.findall(text):
-            assert re.fullmatch(r"exercises/(\d\d_\w+|NN_name)\.ipynb", path) and NEW_TERMINAL in text, \
-                f"{notebook.name} shows `./course grade {path}`; say: open {NEW_TERMINAL} and run " \
-                "`./course grade exercises/NN_name.ipynb`"
+            module = module_of(path.removeprefix("exercises/"), EXERCISE)
+            assert path.startswith("exercises/") and module in (*exercise_modules(), "NN_name") \
+                and NEW_TERMINAL in text, f"{notebook.name} shows `./course grade {path}`; say: open " \
+                f"{NEW_TERMINAL} and run `./course grade exercises/{exercise_file('NN_name')}`"
+
+
+@pytest.mark.parametrize("notebook", EXERCISES + SOLUTIONS, ids=lambda p: p.name)
+def test_an_exercise_tells_the_learner_to_grade_it_under_its_own_name(notebook):
+    """The exercise (and the solution it is built from) names the file the learner has open, under the
+    name it has in the working copy: exercises/04_roofline_exercise.ipynb, never the lesson's name."""
+    commands = [path for text in _markdown(notebook) for path in GRADE_COMMAND.findall(text)]
+    own = f"exercises/{exercise_file(module_of(notebook.name))}"
+    assert commands and set(commands) == {own}, f"{notebook.name} shows {commands}; say `./course grade {own}`"

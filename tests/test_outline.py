@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from course_lib import outline, review
+from course_lib.exercise_files import module_of, solution_file
 from course_lib.paths import REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -68,6 +69,17 @@ def test_the_outline_lists_every_lesson_and_exercise_once():
     exercises = {entry.exercise for entry in outline.OUTLINE if entry.exercise}
     assert exercises == {p.name for p in (REPO_ROOT / "exercises").glob("*.ipynb")}
     assert all(entry.file.startswith(entry.module + "_") for entry in outline.OUTLINE)
+
+
+def test_lesson_exercise_and_solution_have_different_file_names():
+    """JupyterLab titles a tab with the file's name alone: a lesson open beside its exercise (or an author's
+    solution) must not read the same. The module's id stays the lesson's name, as quiz banks and grades use it."""
+    for entry in outline.OUTLINE:
+        if entry.exercise:
+            names = {entry.file, entry.exercise, solution_file(entry.module_id)}
+            assert len(names) == 3, names
+            assert (REPO_ROOT / "solutions" / solution_file(entry.module_id)).is_file()
+            assert module_of(entry.exercise) == module_of(solution_file(entry.module_id)) == entry.module_id
 
 
 @pytest.mark.parametrize("lesson", outline.OUTLINE, ids=lambda entry: entry.file)

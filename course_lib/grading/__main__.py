@@ -2,9 +2,10 @@
 
 Each notebook is graded as the cohort grader grades it (``grade.py``): the learner's code runs
 in a process of its own (in bubblewrap's sandbox where it works here), and every task's results
-are compared by value with the reference's. A notebook is matched to its exercise by name.
+are compared by value with the reference's. A notebook is matched to its exercise by name
+(``exercise_files``: ``04_roofline_exercise.ipynb`` is module 04_roofline's).
 
-The course's own exercise (``exercises/NAME.ipynb`` of the checkout) is never graded: nobody solves
+The course's own exercise (``exercises/NN_name_exercise.ipynb`` of the checkout) is never graded: nobody solves
 it there, since JupyterLab opens the learner's working copy (``workspace.py``); the command names
 that copy instead. A notebook whose cells all equal the course's exercise is graded, with a note
 saying that nothing in it has changed yet and where the learner's copy is.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_lib.exercise_files import SOLUTION, course_exercise, exercise_file, exercise_modules, module_of
 from course_lib.grading.execute import execute
 from course_lib.grading.exercise import write_exercise
 from course_lib.grading.grade import ExerciseGrade, grade_notebook, prepare_exercise
@@ -28,17 +30,27 @@ from course_lib.paths import REPO_ROOT
 from course_lib.workspace import default_workdir, sources_hash
 
 
+def exercise_module(path: Path) -> str | None:
+    """The module whose exercise ``path`` is, by its file name: an exercise's or a solution's
+    (``04_roofline_exercise.ipynb``, ``04_roofline_solution.ipynb``). None when it names no module
+    with an exercise."""
+    module = module_of(path.name)
+    return module if module and course_exercise(module).is_file() else None
+
+
 def grade_file(notebook: str | Path) -> ExerciseGrade:
-    """Grade one notebook file against the exercise of the same name."""
+    """Grade one notebook file against its module's exercise (``exercise_module``)."""
     path = Path(notebook)
     if not path.is_file() or path.suffix != ".ipynb":
-        raise FileNotFoundError(f"{notebook} is not a notebook file; pass a path like exercises/01_paging.ipynb "
-                                "(from JupyterLab's Terminal, which opens in your working copy).")
-    pristine = REPO_ROOT / "exercises" / path.name
-    if not pristine.is_file():
-        names = ", ".join(p.name for p in sorted((REPO_ROOT / "exercises").glob("*.ipynb")))
-        raise FileNotFoundError(f"{path.name} is not the name of an exercise ({names}); keep the exercise's file name.")
-    return grade_notebook("you", nbformat.read(path, as_version=4), prepare_exercise(pristine),
+        raise FileNotFoundError(f"{notebook} is not a notebook file; pass a path like "
+                                "exercises/01_paging_exercise.ipynb (from JupyterLab's Terminal, which opens in your "
+                                "working copy).")
+    module = exercise_module(path)
+    if module is None:
+        names = ", ".join(map(exercise_file, exercise_modules()))
+        raise FileNotFoundError(f"{path.name} is not the name of an exercise ({names}); keep the exercise's file "
+                                "name.")
+    return grade_notebook("you", nbformat.read(path, as_version=4), prepare_exercise(course_exercise(module)),
                           isolate=sandbox_problem() is None)
 
 
@@ -50,31 +62,32 @@ def _shown(path: Path) -> str:
         return str(path.resolve())
 
 
-def learners_copy(name: str) -> Path:
-    """The working copy's exercise of this file name (``workspace.default_workdir``)."""
-    return default_workdir() / "exercises" / name
+def learners_copy(module: str) -> Path:
+    """The working copy's exercise of ``module`` (``workspace.default_workdir``)."""
+    return default_workdir() / "exercises" / exercise_file(module)
 
 
 def course_copy_refusal(notebook: str | Path) -> str | None:
     """Why ``notebook`` is not graded, when it is the checkout's own exercise file; else None."""
     path = Path(notebook)
-    pristine = REPO_ROOT / "exercises" / path.name
-    if not (path.is_file() and pristine.is_file() and path.resolve() == pristine.resolve()):
+    module = exercise_module(path) if path.is_file() else None
+    if module is None or path.resolve() != course_exercise(module).resolve():
         return None
-    mine = learners_copy(path.name)
+    mine = learners_copy(module)
     made = "" if mine.is_file() else " (./course lab makes it)"
     return (f"{_shown(path)} is the course's own copy of the exercise, which stays untouched: JupyterLab opens "
             f"and saves your working copy. Grade yours{made}: ./course grade {_shown(mine)} (in JupyterLab's "
-            f"Terminal, which opens in your working copy: ./course grade exercises/{path.name}).")
+            f"Terminal, which opens in your working copy: ./course grade exercises/{mine.name}).")
 
 
 def unchanged_note(notebook: str | Path) -> str | None:
     """A note when every cell of ``notebook`` equals the course's exercise (its outputs may differ):
     nothing has been solved or saved yet. Names the learner's copy when this is another file."""
     path = Path(notebook)
-    if sources_hash(path) != sources_hash(REPO_ROOT / "exercises" / path.name):
+    module = exercise_module(path)
+    if module is None or sources_hash(path) != sources_hash(course_exercise(module)):
         return None
-    mine = learners_copy(path.name)
+    mine = learners_copy(module)
     if mine.is_file() and mine.resolve() != path.resolve():
         return (f"{_shown(path)} is the course's exercise unchanged (every cell as shipped). Your working copy "
                 f"is {_shown(mine)}: grade that one with ./course grade {_shown(mine)}.")
@@ -84,31 +97,32 @@ def unchanged_note(notebook: str | Path) -> str | None:
 
 def build_targets(names: list[str]) -> tuple[list[Path], list[Path]]:
     """The solutions and lessons ``--build`` executes: every one when no name is given; a bare module
-    name (``03_scheduler``) picks its solution and its lesson, which share the name; a path picks one
-    of them (``solutions/`` or ``exercises/``: the exercise; ``notebooks/``: the lesson). A name that
-    matches nothing raises ``ValueError`` naming what exists."""
-    solutions = sorted((REPO_ROOT / "solutions").glob("*.ipynb"))
-    lessons = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+    id (``03_scheduler``) picks its solution and its lesson; a path picks one of them (``solutions/`` or
+    ``exercises/``: the exercise; ``notebooks/``: the lesson). A name that matches nothing raises
+    ``ValueError`` naming what exists."""
+    solutions = {module_of(path.name, SOLUTION): path for path in sorted((REPO_ROOT / "solutions").glob("*.ipynb"))}
+    lessons = {path.stem: path for path in sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))}
     if not names:
-        return solutions, lessons
+        return list(solutions.values()), list(lessons.values())
     sides = {"": None, "solutions": "exercise", "exercises": "exercise", "notebooks": "lesson"}
     wanted = set()
     for name in names:
-        folder, stem = Path(name).parent.name, Path(name).stem
-        if folder not in sides or not any(p.stem == stem for p in solutions + lessons):
-            raise ValueError(f"--build {name}: name a module (e.g. 03_scheduler), solutions/NAME.ipynb or "
-                             f"notebooks/NAME.ipynb; the modules are {', '.join(p.stem for p in lessons)}.")
-        wanted.add((stem, sides[folder]))
+        folder, module = Path(name).parent.name, module_of(Path(name).name) or Path(name).stem
+        if folder not in sides or module not in {**solutions, **lessons}:
+            raise ValueError(f"--build {name}: name a module (e.g. 03_scheduler), solutions/NAME_solution.ipynb or "
+                             f"notebooks/NAME.ipynb; the modules are {', '.join(lessons)}.")
+        wanted.add((module, sides[folder]))
 
-    def chosen(path: Path, side: str) -> bool:
-        return (path.stem, side) in wanted or (path.stem, None) in wanted
+    def chosen(module: str, side: str) -> bool:
+        return (module, side) in wanted or (module, None) in wanted
 
-    return [s for s in solutions if chosen(s, "exercise")], [lesson for lesson in lessons if chosen(lesson, "lesson")]
+    return ([path for module, path in solutions.items() if chosen(module, "exercise")],
+            [path for module, path in lessons.items() if chosen(module, "lesson")])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course grade", description=__doc__)
-    parser.add_argument("notebooks", nargs="*", help="notebooks to grade, e.g. exercises/01_paging.ipynb")
+    parser.add_argument("notebooks", nargs="*", help="notebooks to grade, e.g. exercises/01_paging_exercise.ipynb")
     parser.add_argument("--build", action="store_true",
                         help="execute solutions/ and notebooks/, and write exercises/ from the solutions; with "
                              "modules named (03_scheduler), build only those; solutions/NAME.ipynb builds only the "
@@ -121,14 +135,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(error))
         for solution in solutions:
             execute(solution, keep_all_outputs=True)
-            exercise = write_exercise(solution, REPO_ROOT / "exercises" / solution.name)
+            exercise = write_exercise(solution, course_exercise(module_of(solution.name, SOLUTION)))
             print("executed", solution.relative_to(REPO_ROOT), "and wrote", exercise.relative_to(REPO_ROOT))
         for lesson in lessons:
             execute(lesson, keep_all_outputs=False)
             print("executed", lesson.relative_to(REPO_ROOT))
         return 0
     if not args.notebooks:
-        parser.error("name at least one notebook to grade, e.g. exercises/01_paging.ipynb")
+        parser.error("name at least one notebook to grade, e.g. exercises/01_paging_exercise.ipynb")
     failed = 0
     for notebook in args.notebooks:
         print(f"== Grading {notebook}", flush=True)

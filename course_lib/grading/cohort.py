@@ -1,7 +1,8 @@
 """Grade a cohort: ``python -m course_lib.grading.cohort SUBMISSIONS --out GRADEBOOK [--jobs N]``.
 
 SUBMISSIONS holds one folder per learner, each with that learner's exercise notebooks (named
-as in ``exercises/``) and optionally exported quiz scorecards (``*.json``). The pristine
+as in ``exercises/``: ``04_roofline_exercise.ipynb``) and optionally exported quiz scorecards
+(``*.json``). The pristine
 exercises are read, and every expected value computed, before any learner code runs; nothing
 is re-read from the checkout afterwards. Each notebook is then graded as ``./course grade``
 does (``grade.py``), in a sandbox of its own (``sandbox.py``: its own PID namespace, no network,
@@ -36,11 +37,11 @@ from typing import Callable
 
 import nbformat
 
+from course_lib.exercise_files import course_exercise, exercise_file, exercise_modules
 from course_lib.grading.grade import ExerciseGrade, PreparedExercise, grade_notebook, prepare_exercise
 from course_lib.grading.gradebook import write_gradebook
 from course_lib.grading.quizzes import collect_quizzes, load_banks
 from course_lib.grading.sandbox import Limits, sandbox_problem
-from course_lib.paths import REPO_ROOT
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20
 SKIPPED = {"__MACOSX"}  # folders an archive tool adds (and any starting with a dot): not learners
@@ -77,7 +78,7 @@ def grade_submission(learner: Path, exercise: PreparedExercise, *, limits: Limit
     try:
         if os.path.islink(learner):
             return exercise.every_check(learner.name, "refused", "the learner folder is a symbolic link")
-        book = read_submission(learner / f"{exercise.name}.ipynb")
+        book = read_submission(learner / exercise_file(exercise.name))
         if isinstance(book, tuple):
             return exercise.every_check(learner.name, *book)
         return grade_notebook(learner.name, book, exercise, limits=limits, isolate=isolate, hide=hide,
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course grade-cohort", description=__doc__.splitlines()[0])
     parser.add_argument("submissions", type=Path, help="folder with one sub-folder of notebooks per learner")
     parser.add_argument("--out", type=Path, default=Path("gradebook"), help="where to write the gradebook")
-    parser.add_argument("--exercise", action="append", help="grade only these exercises (e.g. 01_paging)")
+    parser.add_argument("--exercise", action="append", help="grade only these modules' exercises (e.g. 01_paging)")
     parser.add_argument("--jobs", type=int, default=1, help="submissions graded at once, one sandbox each (default 1)")
     parser.add_argument("--time-limit", type=float, default=600, help="seconds per notebook (default 600)")
     parser.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell (default 120)")
@@ -138,11 +139,13 @@ def main(argv: list[str] | None = None) -> int:
                        "--no-sandbox to grade notebooks you trust without one.\n")
     if args.no_sandbox:
         print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
-    paths = sorted((REPO_ROOT / "exercises").glob("*.ipynb"))
+    modules = exercise_modules()
     if args.exercise:
-        paths = [p for p in paths if p.stem in set(args.exercise)]
-        if not paths:
-            parser.error(f"no exercise named {args.exercise}; see exercises/ for the names.")
+        unknown = sorted(set(args.exercise) - set(modules))
+        if unknown:
+            parser.error(f"--exercise {', '.join(unknown)}: no such module; the modules are {', '.join(modules)}.")
+        modules = [module for module in modules if module in args.exercise]
+    paths = [course_exercise(module) for module in modules]
     print(f"Preparing {len(paths)} exercise(s): reading them and computing the expected values...", flush=True)
     exercises = [prepare_exercise(path) for path in paths]
     banks = load_banks()

@@ -5,7 +5,8 @@ A learner is each direct sub-folder of HUB_HOMES holding a working copy ``course
 learner's name in SUBMISSIONS. ``--learners a,b`` names learners expected as well, so one who never
 logged in is reported too. Into ``SUBMISSIONS/<learner>/`` go, as ``./course grade-cohort`` reads them:
 
-* ``course/exercises/NAME.ipynb`` for each NAME of the course's ``exercises/`` (other files are ignored);
+* ``course/exercises/NAME.ipynb`` for each NAME of the course's ``exercises/`` (``01_paging_exercise.ipynb``;
+  other files are ignored);
 * every exported scorecard under ``course/`` (a regular ``*.json`` file that reads as a scorecard of a
   course quiz), as ``<quiz>-1-<its path, / as __>-<hash>.json`` (see ``_flat``);
 * for a quiz with no exported scorecard, each auto-saved one (``.course-quizzes/<id>/<quiz>.json``),
@@ -87,7 +88,7 @@ class Collected:
 
 
 def exercise_names(root: Path = REPO_ROOT) -> list[str]:
-    """The course's exercise notebook names (``01_paging.ipynb``, ...)."""
+    """The course's exercise notebook names (``01_paging_exercise.ipynb``, ...)."""
     return sorted(path.name for path in (root / "exercises").glob("*.ipynb"))
 
 

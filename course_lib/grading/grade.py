@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import nbformat
 
+from course_lib.exercise_files import EXERCISE, module_of
 from course_lib.grading.checks import exercise_tasks
 from course_lib.grading.restore import ADDED_TAG, restore_locked_cells
 from course_lib.grading.runner import PROGRAM
@@ -67,7 +68,7 @@ class ExerciseGrade:
 class PreparedExercise:
     """An exercise as the grader holds it: read once, with every expected value already computed."""
 
-    name: str
+    name: str      # the module id (04_roofline), as grades.csv and the task tables know it
     pristine: nbformat.NotebookNode
     tasks: tuple[Task, ...]
     cases: tuple[tuple[Case, ...], ...]
@@ -81,16 +82,20 @@ class PreparedExercise:
 
 
 def prepare_exercise(pristine_path: str | Path) -> PreparedExercise:
-    """Read the pristine exercise notebook and compute its tasks' cases and expected values."""
+    """Read the pristine exercise notebook (``exercises/NN_name_exercise.ipynb``) and compute its
+    tasks' cases and expected values; the exercise is known by its module id (``NN_name``)."""
     pristine_path = Path(pristine_path)
+    module = module_of(pristine_path.name, EXERCISE)
+    if module is None:
+        raise ValueError(f"{pristine_path.name} is not an exercise's file name (NN_name_exercise.ipynb).")
     pristine = nbformat.read(pristine_path, as_version=4)
-    tasks = exercise_tasks(pristine_path.stem)
+    tasks = exercise_tasks(module)
     cases = tuple(tuple(task.cases()) for task in tasks)
     expected = tuple(tuple(expected_values(task, task_cases)) for task, task_cases in zip(tasks, cases))
     plain = [{"number": task.number, "function": task.function, "call": task.call,
               "time_limit_s": task.time_limit_s, "cases": plain_cases(task_cases)}
              for task, task_cases in zip(tasks, cases)]
-    return PreparedExercise(pristine_path.stem, pristine, tasks, cases, expected, plain)
+    return PreparedExercise(module, pristine, tasks, cases, expected, plain)
 
 
 def program_cells(submission: nbformat.NotebookNode, pristine: nbformat.NotebookNode) -> list[dict]:

@@ -126,7 +126,7 @@ else:
 # a copy that fails (a learner's odd files in the way) is reported without keeping them out.
 # JupyterLab then runs in the working copy, as under `./course lab`: its folder is the file
 # browser's root (no notebook_dir: the server's folder) and where a Terminal opens, so the copy's
-# own ./course (workspace.py) is at hand there: ./course grade exercises/NN_name.ipynb.
+# own ./course (workspace.py) is at hand there: ./course grade exercises/NN_name_exercise.ipynb.
 start = (f'{shlex.quote(str(VENV_BIN / "python"))} -I -m course_lib.workspace --workdir "$HOME/course" '
          f'|| echo "course: could not update the working copy in $HOME/course (see above)" >&2; '
          f'export COURSE_WORKDIR="$HOME/course"; cd "$COURSE_WORKDIR" || cd "$HOME"; '

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from course_lib.exercise_files import exercise_file
 from course_lib.grading.quizzes import collect_quizzes
 from course_lib.paths import REPO_ROOT
 
@@ -33,6 +34,7 @@ LEARNERS = ("alice", "bob")
 PASSWORD = "cohort-test-password"
 PROXY = REPO_ROOT / ".hub" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 MODULE = "01_paging"
+EXERCISE = exercise_file(MODULE)  # its tab reads 01_paging_exercise.ipynb, the lesson's 01_paging.ipynb
 RAN = re.compile(r'"execution_count": \d')  # a saved notebook with a cell that ran
 
 
@@ -145,10 +147,12 @@ def work_as(browser, base: str, name: str, homes: Path) -> dict:
         assert exported.exists(), "the scorecard was not exported"
         usage = learner_usage(homes / name)
         save(page)
-        # ?reset: a fresh workspace with only the exercise open (the lesson has the same file name)
-        page.goto(f"{base}/user/{name}/lab/tree/exercises/{MODULE}.ipynb?reset")
+        # ?reset: a fresh workspace with only the exercise open
+        page.goto(f"{base}/user/{name}/lab/tree/exercises/{EXERCISE}?reset")
         exercise = ".jp-NotebookPanel:visible"
         page.wait_for_selector(f"{exercise} .jp-CodeCell", timeout=120_000)
+        tab = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")
+        assert tab.inner_text(timeout=30_000) == EXERCISE  # not the lesson's title
         page.wait_for_selector(f"{exercise} .jp-Spinner", state="detached", timeout=120_000)  # loaded
         page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')", timeout=120_000)
         ran = f"{exercise} .jp-CodeCell .jp-InputPrompt >> text=/\\[\\d+\\]/"
@@ -160,7 +164,7 @@ def work_as(browser, base: str, name: str, homes: Path) -> dict:
                 break
             except sync_api.TimeoutError:
                 assert attempt < 3, "the exercise's first cell never ran"
-        saved = homes / name / "course" / "exercises" / f"{MODULE}.ipynb"
+        saved = homes / name / "course" / "exercises" / EXERCISE
         for attempt in range(180):  # File > Save Notebook, until the file on disk holds the run
             if attempt % 20 == 0:
                 save(page)
@@ -186,7 +190,7 @@ def test_a_cohort_logs_in_works_and_is_collected_and_graded(hub, browser, tmp_pa
     measured = {name: work_as(browser, base, name, homes) for name in LEARNERS}
     assert checkout_state() == before  # learners wrote only into their own homes
     for name in LEARNERS:
-        saved = homes / name / "course" / "exercises" / f"{MODULE}.ipynb"
+        saved = homes / name / "course" / "exercises" / EXERCISE
         assert RAN.search(saved.read_text()), f"{name}'s exercise was not saved after the run"
         used = measured[name]
         assert used["kernel_cpu_s"] > 1 and used["server_rss_mib"] > 20  # the learner's own processes, found
@@ -197,7 +201,7 @@ def test_a_cohort_logs_in_works_and_is_collected_and_graded(hub, browser, tmp_pa
                              capture_output=True, text=True, timeout=120)
     assert collect.returncode == 0, collect.stdout + collect.stderr
     for name in LEARNERS:
-        assert (submissions / name / f"{MODULE}.ipynb").exists(), collect.stdout
+        assert (submissions / name / EXERCISE).exists(), collect.stdout
         assert any(submissions.joinpath(name).glob("*.json")), collect.stdout
     grade = subprocess.run([sys.executable, "-m", "course_lib.grading.cohort", str(submissions), "--out", str(gradebook),
                             "--exercise", MODULE, "--jobs", "2"], capture_output=True, text=True, timeout=900)

@@ -6,6 +6,7 @@ import textwrap
 import nbformat
 import pytest
 
+from course_lib.exercise_files import solution_file
 from course_lib.grading.checks import MODULES
 from course_lib.grading.selfcheck import Checker
 from course_lib.paths import REPO_ROOT
@@ -14,7 +15,7 @@ from course_lib.paths import REPO_ROOT
 def namespace(exercise: str, replacements: dict[str, str] = {}) -> dict:
     """The solution notebook's set-up and student cells run in one namespace, with some functions
     redefined by ``replacements`` (function name -> source)."""
-    book = nbformat.read(REPO_ROOT / "solutions" / f"{exercise}.ipynb", as_version=4)
+    book = nbformat.read(REPO_ROOT / "solutions" / solution_file(exercise), as_version=4)
     names: dict = {}
     for cell in book.cells:
         if cell.cell_type == "code" and "check" not in cell.metadata.get("tags", []):

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 import torch
 
+from course_lib.exercise_files import course_exercise, solution_file
 from course_lib.grading.checks import exercise_tasks
 from course_lib.grading.checks.serving_tradeoffs import case_weight, course_int4
 from course_lib.quant import int4
@@ -293,9 +294,9 @@ def test_the_starter_fails_every_task_as_not_done():
     from course_lib.grading.__main__ import grade_file
     from course_lib.paths import REPO_ROOT
 
-    solved = grade_file(REPO_ROOT / "solutions" / f"{EXERCISE}.ipynb")
+    solved = grade_file(REPO_ROOT / "solutions" / solution_file(EXERCISE))
     assert solved.status == "graded" and solved.score == len(solved.checks) == 3, [c.message for c in solved.checks]
-    untouched = grade_file(REPO_ROOT / "exercises" / f"{EXERCISE}.ipynb")
+    untouched = grade_file(course_exercise(EXERCISE))
     assert untouched.score == 0 and all("not done yet" in c.message for c in untouched.checks)
 
 

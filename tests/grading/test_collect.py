@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from course_lib.exercise_files import exercise_file, exercise_modules, solution_file
 from course_lib.grading import cohort
 from course_lib.grading.collect import MARKER, main
 from course_lib.grading.sandbox import sandbox_problem
@@ -23,7 +24,8 @@ from course_lib.quiz.questions import SingleChoice
 from course_lib.quiz.scorecard import Scorecard
 from course_lib.workspace import sync
 
-PAGING = "01_paging.ipynb"
+PAGING = exercise_file("01_paging")
+PAGING_SOLUTION = REPO_ROOT / "solutions" / solution_file("01_paging")
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +50,7 @@ def card(bank: str, learner: str = "learner-1", path: Path | None = None) -> Sco
 
 def make_learner(homes: Path, name: str, notebook: Path | None, exported: str | None = None,
                  saved: tuple[str, ...] = ()) -> Path:
-    """A home with a working copy, ``notebook`` as exercises/01_paging.ipynb, an exported card of quiz
+    """A home with a working copy, ``notebook`` as exercises/01_paging_exercise.ipynb, an exported card of quiz
     ``exported`` in notebooks/quiz.json and auto-saved cards of the ``saved`` quizzes."""
     course = homes / name / "course"
     (course / "exercises").mkdir(parents=True)
@@ -79,7 +81,7 @@ def homes(tmp_path: Path) -> Path:
     root = tmp_path / "homes"
     alice = root / "alice" / "course"
     sync(alice)
-    shutil.copyfile(REPO_ROOT / "solutions" / PAGING, alice / "exercises" / PAGING)
+    shutil.copyfile(PAGING_SOLUTION, alice / "exercises" / PAGING)
     card("01_paging").export(alice / "notebooks" / "quiz_01.json")
     for bank in ("01_paging", "02_batching"):
         card(bank, path=root / "alice" / ".course-quizzes" / "learner-1" / f"{bank}.json")
@@ -92,7 +94,7 @@ def homes(tmp_path: Path) -> Path:
 def test_collect_then_grade_lists_every_learner(homes: Path, tmp_path: Path, capsys):
     out = tmp_path / "submissions"
     lines = run(homes, out, capsys, "--learners", "dave,alice")
-    exercises = len(list((REPO_ROOT / "exercises").glob("*.ipynb")))
+    exercises = len(exercise_modules())
     assert lines[:4] == [f"alice: {exercises} exercises, 2 scorecards", "bob: 1 exercise, 1 scorecard",
                          "carol: submitted nothing", "dave: no home folder: never logged in"]
     assert sorted(os.listdir(out)) == [MARKER, "alice", "bob", "carol", "dave"]
@@ -100,7 +102,7 @@ def test_collect_then_grade_lists_every_learner(homes: Path, tmp_path: Path, cap
     cards = sorted(p.name for p in (out / "alice").glob("*.json"))
     assert len(cards) == 2 and re.fullmatch(r"01_paging-1-notebooks__quiz_01-[0-9a-f]{8}\.json", cards[0])
     assert re.fullmatch(r"02_batching-2-saved-learner-1-[0-9a-f]{8}\.json", cards[1])
-    assert (out / "alice" / PAGING).read_bytes() == (REPO_ROOT / "solutions" / PAGING).read_bytes()
+    assert (out / "alice" / PAGING).read_bytes() == PAGING_SOLUTION.read_bytes()
     assert os.listdir(out / "dave") == []
 
     gradebook = tmp_path / "gradebook"
@@ -158,9 +160,9 @@ def test_hostile_homes_are_refused_and_reported_never_followed(homes: Path, tmp_
     alice = homes / "alice"
     mallory = make_learner(homes, "mallory", None, saved=("04_roofline",)) / "course"
     os.symlink(alice / "course" / "exercises" / PAGING, mallory / "exercises" / PAGING)
-    os.symlink("/etc/passwd", mallory / "exercises" / "02_batching.ipynb")
-    os.mkfifo(mallory / "exercises" / "03_scheduler.ipynb")
-    with open(mallory / "exercises" / "04_roofline.ipynb", "wb") as big:
+    os.symlink("/etc/passwd", mallory / "exercises" / exercise_file("02_batching"))
+    os.mkfifo(mallory / "exercises" / exercise_file("03_scheduler"))
+    with open(mallory / "exercises" / exercise_file("04_roofline"), "wb") as big:
         big.truncate(cohort.MAX_NOTEBOOK_BYTES + 1)
     (mallory / "notebooks").mkdir()
     os.symlink(alice / "course" / "notebooks" / "quiz_01.json", mallory / "notebooks" / "quiz_01.json")
@@ -172,8 +174,9 @@ def test_hostile_homes_are_refused_and_reported_never_followed(homes: Path, tmp_
     (homes / "trudy").mkdir()
     os.symlink(alice / "course", homes / "trudy" / "course")
     os.symlink(alice, homes / "linked")
-    os.link(alice / "course" / "exercises" / "05_collectives.ipynb", mallory / "exercises" / "05_collectives.ipynb")
-    odd = make_learner(homes, "we ird\n", REPO_ROOT / "solutions" / PAGING)
+    collectives = exercise_file("05_collectives")
+    os.link(alice / "course" / "exercises" / collectives, mallory / "exercises" / collectives)
+    odd = make_learner(homes, "we ird\n", PAGING_SOLUTION)
 
     out = tmp_path / "submissions"
     lines = run(homes, out, capsys)
@@ -184,14 +187,15 @@ def test_hostile_homes_are_refused_and_reported_never_followed(homes: Path, tmp_
     assert by_learner["trudy"].startswith(f"trudy: submitted nothing; refused: course/: {link}")
     line = by_learner["mallory"]
     assert line.startswith("mallory: 0 exercises, 1 scorecard; refused: ")
-    for refused in (f"course/exercises/{PAGING}: {link}", f"course/exercises/02_batching.ipynb: {link}",
-                    "course/exercises/03_scheduler.ipynb: not a regular file (a named pipe)",
-                    "course/exercises/04_roofline.ipynb: larger than 32 MiB",
+    for refused in (f"course/exercises/{PAGING}: {link}",
+                    f"course/exercises/{exercise_file('02_batching')}: {link}",
+                    f"course/exercises/{exercise_file('03_scheduler')}: not a regular file (a named pipe)",
+                    f"course/exercises/{exercise_file('04_roofline')}: larger than 32 MiB",
                     f"course/notebooks/quiz_01.json: {link}", "course/notebooks/big.json: larger than 1 MiB",
                     "course/notebooks/settings.json: not a scorecard (no 'quiz' name)",
                     "course/notebooks/pipe.json: not a regular file (a named pipe)",
                     f"course/notebooks/alice: {link}", f".course-quizzes/alias/: {link}",
-                    "course/exercises/05_collectives.ipynb: a hard link to a file elsewhere"):
+                    f"course/exercises/{exercise_file('05_collectives')}: a hard link to a file elsewhere"):
         assert refused in line, refused
     assert "'we ird\\n': not collected: not a safe folder name" in "\n".join(lines)
     assert sorted(os.listdir(out)) == [MARKER, "alice", "bob", "carol", "linked", "mallory", "trudy"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib.exercise_files import course_exercise, exercise_file, solution_file
 from course_lib.grading.cohort import grade_cohort
 from course_lib.grading.grade import ExerciseGrade, CheckResult, prepare_exercise
 from course_lib.grading.gradebook import grades_csv
@@ -25,8 +26,8 @@ def student_cells(book):
 
 
 def solved():
-    book = nbformat.read(REPO_ROOT / "exercises" / f"{PAGING}.ipynb", as_version=4)
-    answers = student_cells(nbformat.read(REPO_ROOT / "solutions" / f"{PAGING}.ipynb", as_version=4))
+    book = nbformat.read(course_exercise(PAGING), as_version=4)
+    answers = student_cells(nbformat.read(REPO_ROOT / "solutions" / solution_file(PAGING), as_version=4))
     for mine, answer in zip(student_cells(book), answers):
         mine.source = answer.source
     return book
@@ -82,10 +83,10 @@ def grades(tmp_path_factory):
     root = Path(tmp_path_factory.mktemp("robustness"))
     for name, book in SUBMISSIONS.items():
         (root / name).mkdir()
-        nbformat.write(book, root / name / f"{PAGING}.ipynb")
+        nbformat.write(book, root / name / exercise_file(PAGING))
     (root / ".ipynb_checkpoints").mkdir()  # not a learner
     (root / "__MACOSX").mkdir()
-    exercise = prepare_exercise(REPO_ROOT / "exercises" / f"{PAGING}.ipynb")
+    exercise = prepare_exercise(course_exercise(PAGING))
     graded = grade_cohort(root, [exercise], lambda *args: None, jobs=2, limits=Limits(time_s=40), isolate=True,
                           cell_timeout_s=30)
     return {grade.learner: grade for grade in graded}

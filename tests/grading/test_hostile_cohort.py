@@ -34,6 +34,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib.exercise_files import course_exercise, exercise_file, solution_file
 from course_lib.grading.cohort import grade_cohort, grade_submission
 from course_lib.grading.grade import prepare_exercise
 from course_lib.grading.gradebook import write_gradebook
@@ -60,12 +61,12 @@ def student_cells(book):
 
 
 def starter(exercise: str = PAGING):
-    return nbformat.read(REPO_ROOT / "exercises" / f"{exercise}.ipynb", as_version=4)
+    return nbformat.read(course_exercise(exercise), as_version=4)
 
 
 def solved(exercise: str = PAGING):
     book = starter(exercise)
-    answers = student_cells(nbformat.read(REPO_ROOT / "solutions" / f"{exercise}.ipynb", as_version=4))
+    answers = student_cells(nbformat.read(REPO_ROOT / "solutions" / solution_file(exercise), as_version=4))
     for mine, answer in zip(student_cells(book), answers):
         mine.source = answer.source
     return book
@@ -172,13 +173,13 @@ import errno
 import os
 import sysconfig
 
-STARTER = open(os.path.join(@REPO@, "exercises", "01_paging.ipynb")).read()
+STARTER = open(os.path.join(@REPO@, "exercises", "01_paging_exercise.ipynb")).read()
 ATTEMPTS = {  # harmless if they landed (a trailing newline, a comment), but each one shows
-    "exercise": (os.path.join(@REPO@, "exercises", "01_paging.ipynb"), "a", "\\n"),
+    "exercise": (os.path.join(@REPO@, "exercises", "01_paging_exercise.ipynb"), "a", "\\n"),
     "checks": (os.path.join(@REPO@, "course_lib", "grading", "checks", "paging.py"), "a", "\\n# " + @TOKEN@ + "\\n"),
     "module": (os.path.join(@REPO@, "course_lib", "grading", "checks", @TOKEN@ + ".py"), "w", "# " + @TOKEN@ + "\\n"),
     "pth": (os.path.join(sysconfig.get_paths()["purelib"], @TOKEN@ + ".pth"), "w", "# " + @TOKEN@ + "\\n"),
-    "honest": (os.path.join(@ROOT@, "y_honest", "01_paging.ipynb"), "w", STARTER),
+    "honest": (os.path.join(@ROOT@, "y_honest", "01_paging_exercise.ipynb"), "w", STARTER),
     "other": (os.path.join(@ROOT@, "z_different", @TOKEN@ + ".txt"), "w", @TOKEN@),
 }
 SEEN = []
@@ -245,7 +246,8 @@ def peek(path):
 def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
     workdirs = [name for name in os.listdir("/tmp") if name.startswith("grade-")]
     pids = sum(name.isdigit() for name in os.listdir("/proc"))
-    return (f"root={look(@ROOT@)} out={look(@OUT@)} honest={peek(os.path.join(@ROOT@, 'y_honest', '01_paging.ipynb'))} "
+    honest = peek(os.path.join(@ROOT@, 'y_honest', '01_paging_exercise.ipynb'))
+    return (f"root={look(@ROOT@)} out={look(@OUT@)} honest={honest} "
             f"workdirs={len(workdirs)} pids={pids}")
 '''
 
@@ -353,13 +355,14 @@ def cohort(tmp_path_factory):
 
         def hand_in(learner: str, book, exercise: str = PAGING) -> Path:
             (root / learner).mkdir(parents=True, exist_ok=True)
-            nbformat.write(book, root / learner / f"{exercise}.ipynb")
+            nbformat.write(book, root / learner / exercise_file(exercise))
             return root / learner
 
         hand_in("a_rebinder", with_first_cell(REBINDER))
         hand_in("b_transformer", with_first_cell(TRANSFORMER))
         (root / "c_linked_notebook").mkdir(parents=True)
-        os.symlink(REPO_ROOT / "solutions" / f"{PAGING}.ipynb", root / "c_linked_notebook" / f"{PAGING}.ipynb")
+        os.symlink(REPO_ROOT / "solutions" / solution_file(PAGING),
+                   root / "c_linked_notebook" / exercise_file(PAGING))
         os.symlink(root / "y_honest", root / "c_linked_folder")
         hand_in("d_daemon", with_first_cell(fill(DAEMON, **values)))
         hand_in("e_vandal", with_first_cell(fill(VANDAL, **values)))
@@ -375,7 +378,7 @@ def cohort(tmp_path_factory):
 
         watched = [REPO_ROOT / "exercises", REPO_ROOT / "solutions", REPO_ROOT / "course_lib" / "grading" / "checks"]
         before = _tree_digest(*watched)
-        exercises = [prepare_exercise(REPO_ROOT / "exercises" / f"{name}.ipynb") for name in (PAGING, RING)]
+        exercises = [prepare_exercise(course_exercise(name)) for name in (PAGING, RING)]
         progress = []
         started = time.monotonic()
         grades = grade_cohort(root, exercises, lambda done, total, grade: progress.append(grade.learner), jobs=2,
@@ -479,9 +482,9 @@ def test_e_the_checkout_and_other_learners_cannot_be_written(cohort):
     assert list(Path(sysconfig.get_paths()["purelib"]).glob(f"*{TOKEN}*")) == []
     root = cohort["root"]
     assert sorted(p.name for p in root.iterdir()) == sorted(LEARNERS)
-    assert sorted(p.name for p in (root / "y_honest").iterdir()) == [f"{PAGING}.ipynb", f"{RING}.ipynb"]
-    assert sorted(p.name for p in (root / "z_different").iterdir()) == [f"{PAGING}.ipynb"]
-    honest = nbformat.read(root / "y_honest" / f"{PAGING}.ipynb", as_version=4)
+    assert sorted(p.name for p in (root / "y_honest").iterdir()) == [exercise_file(PAGING), exercise_file(RING)]
+    assert sorted(p.name for p in (root / "z_different").iterdir()) == [exercise_file(PAGING)]
+    honest = nbformat.read(root / "y_honest" / exercise_file(PAGING), as_version=4)
     assert [c.source for c in student_cells(honest)] == [c.source for c in student_cells(solved())]
     assert grade_of(cohort, "y_honest").score == 4 and grade_of(cohort, "z_different").score == 4
 
@@ -532,11 +535,11 @@ def leftovers(tmp_path_factory):
     and exits. Graded at once, each in a thread; whatever is still blocked after LEFTOVER_WAIT_S
     is released (its pipe opened for writing) so the test run itself cannot hang."""
     root = tmp_path_factory.mktemp("leftovers")
-    exercise = prepare_exercise(REPO_ROOT / "exercises" / f"{PAGING}.ipynb")
+    exercise = prepare_exercise(course_exercise(PAGING))
     results, threads = {}, {}
     for name, source in LEFTOVERS.items():
         (root / name).mkdir()
-        nbformat.write(with_first_cell(f"# {TOKEN}\n{source}"), root / name / f"{PAGING}.ipynb")
+        nbformat.write(with_first_cell(f"# {TOKEN}\n{source}"), root / name / exercise_file(PAGING))
 
         def grade(name=name):
             results[name] = grade_submission(root / name, exercise, limits=Limits(time_s=30), isolate=True,
