@@ -13,6 +13,12 @@ course gained since. ``./course refresh`` brings course updates into it:
 * the new version beside an edited copy is written once per course version, and never over a
   ``NAME.updated.ipynb`` the learner has edited since.
 
+Every sync (``./course lab``, ``./course refresh`` and the hub's start-up copy) first moves exercises
+made under their old name (``exercises/04_roofline.ipynb``, see ``exercise_files``) to their name
+now (``exercises/04_roofline_exercise.ipynb``): an unedited one is removed, and the course's exercise
+is copied under the new name; an edited one is renamed, keeping the learner's edits, unless a file of
+the new name is there already: then both are kept, and the report says which one is graded.
+
 The working copy also holds its own ``./course`` (``write_command``): a two-line script that runs the
 course's ``course`` command for *this* copy, so in JupyterLab's Terminal, which opens in the working
 copy, ``./course grade exercises/01_paging_exercise.ipynb`` grades the learner's notebook. It is rewritten at
@@ -34,7 +40,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from course_lib.exercise_files import exercise_file
+from course_lib.exercise_files import exercise_file, exercise_modules, old_exercise_file
 from course_lib.paths import REPO_ROOT
 
 CONTENT_FOLDERS = ("notebooks", "exercises")
@@ -73,6 +79,34 @@ def _save_manifest(path: Path, manifest: dict[str, dict[str, str]]) -> None:
     path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
+def _rename_old_exercise(workdir: Path, module: str, manifest: dict[str, dict[str, str]]) -> str | None:
+    """Move ``module``'s exercise from its old name to its new one (rules in the module docstring);
+    a report line, or None when there is no old-name copy."""
+    old_name, new_name = f"exercises/{old_exercise_file(module)}", f"exercises/{exercise_file(module)}"
+    old, new = workdir / old_name, workdir / new_name
+    if not old.is_file():
+        return None
+    copied = manifest["copied"].get(old_name)
+    edited = copied is None or sources_hash(old) != copied
+    if edited and new.exists():
+        return (f"kept     {old_name} (you edited it) beside {new_name}, the exercise's new name: {new_name} is "
+                "the one graded and collected, so move your work into it")
+    beside = old.with_suffix(".updated.ipynb")  # the course's version offered beside the old copy
+    if beside.is_file() and sources_hash(beside) == manifest["offered"].get(old_name):
+        beside.unlink()
+    if edited:
+        old.rename(new)
+        if copied is not None:
+            manifest["copied"][new_name] = copied
+        line = f"renamed  {old_name} -> {new_name} (the exercise's new name), with your edits"
+    else:
+        old.unlink()
+        line = f"replaced {old_name} (unedited) by {new_name}, the exercise's new name"
+    manifest["copied"].pop(old_name, None)
+    manifest["offered"].pop(old_name, None)
+    return line + "; if JupyterLab has it open, close that tab and open the new name"
+
+
 def _refresh_one(source: Path, copy: Path, name: str, manifest: dict[str, dict[str, str]]) -> str | None:
     """Bring one existing copy up to date (rules in the module docstring); a report line or None."""
     course_hash, copied = sources_hash(source), manifest["copied"].get(name)
@@ -105,6 +139,11 @@ def sync(workdir: Path, course_root: Path = REPO_ROOT, refresh: bool = False) ->
     manifest_path = workdir / MANIFEST
     manifest = _load_manifest(manifest_path)
     report = []
+    for module in exercise_modules(course_root):
+        line = _rename_old_exercise(workdir, module, manifest)
+        if line:
+            report.append(line)
+            _save_manifest(manifest_path, manifest)
     for folder in CONTENT_FOLDERS:
         for source in sorted((course_root / folder).glob("*.ipynb")):
             name = f"{folder}/{source.name}"

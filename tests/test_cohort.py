@@ -17,13 +17,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib.exercise_files import course_exercise, solution_file
+from course_lib.exercise_files import course_exercise, old_exercise_file, solution_file
 from course_lib.grading.__main__ import grade_file
 from course_lib.grading.__main__ import main as grade_main
 from course_lib.grading import cohort as cohort_command
 from course_lib.grading.cohort import grade_cohort, grade_submission
 from course_lib.grading.grade import prepare_exercise, program_cells
-from course_lib.grading.gradebook import write_gradebook
+from course_lib.grading.gradebook import feedback_markdown, write_gradebook
 from course_lib.grading.quizzes import collect_quizzes, load_banks
 from course_lib.grading.restore import restore_locked_cells
 from course_lib.grading.sandbox import Limits, sandbox_problem
@@ -253,6 +253,39 @@ def test_gradebook_files_are_complete_and_reproducible(cohort, tmp_path):
 def test_an_empty_submissions_folder_is_refused(tmp_path, scheduler):
     with pytest.raises(FileNotFoundError, match="no learner folders"):
         grade_cohort(tmp_path, [scheduler], lambda *args: None, isolate=ISOLATE)
+
+
+# --- hand-ins under the exercise's old name (04_roofline.ipynb, before exercises had their own) ----
+
+@grading
+def test_an_old_name_hand_in_is_graded_as_its_module_when_the_new_name_is_missing(tmp_path, scheduler):
+    old = hand_in(tmp_path, "olga", solved(), old_exercise_file("03_scheduler"))
+    grade = grade_submission(old, scheduler, limits=Limits(time_s=120), isolate=ISOLATE, hide=[tmp_path],
+                             cell_timeout_s=60)
+    assert (grade.exercise, grade.status, verdicts(grade)) == ("03_scheduler", "graded", [True, True, True])
+    assert grade.notes[0] == "03_scheduler.ipynb, the exercise's old name, was graded (the exercise is now " \
+                             "03_scheduler_exercise.ipynb)"
+
+
+@grading
+def test_with_both_names_handed_in_the_new_one_is_graded_and_the_feedback_says_so(tmp_path, scheduler):
+    both = hand_in(tmp_path, "pavel", untouched())  # the new name, never worked on
+    hand_in(tmp_path, "pavel", solved(), old_exercise_file("03_scheduler"))
+    grade = grade_submission(both, scheduler, limits=Limits(time_s=120), isolate=ISOLATE, hide=[tmp_path],
+                             cell_timeout_s=60)
+    assert (grade.exercise, grade.status, grade.score) == ("03_scheduler", "graded", 0)
+    feedback = feedback_markdown("pavel", [grade])
+    assert "- note: 03_scheduler_exercise.ipynb was graded; 03_scheduler.ipynb, the exercise's old name, was " \
+           "handed in too and not graded" in feedback
+    assert feedback.startswith("# Feedback for pavel\n\n## 03_scheduler: 0/3 tasks (graded)")  # the module id
+
+
+def test_an_old_name_link_is_refused_not_followed(tmp_path, scheduler):
+    (tmp_path / "quinn").mkdir()
+    os.symlink(SOLUTION, tmp_path / "quinn" / old_exercise_file("03_scheduler"))
+    grade = grade_submission(tmp_path / "quinn", scheduler, limits=Limits(time_s=60), isolate=ISOLATE,
+                             hide=[tmp_path], cell_timeout_s=30)
+    assert grade.status == "refused" and grade.score == 0
 
 
 def test_grade_cohort_exercise_option_takes_the_module_id(tmp_path, monkeypatch, capsys):

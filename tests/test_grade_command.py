@@ -1,6 +1,7 @@
 """``./course grade`` (course_lib/grading/__main__.py) pointed at the wrong notebook: the checkout's own
 exercise is not graded and the learner's copy is named; a notebook whose cells all equal the course's
-exercise is graded with a note that says so and where the learner's copy is."""
+exercise is graded with a note that says so and where the learner's copy is; a notebook under the
+exercise's old name is graded as its module, with a note giving the new name."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 import nbformat
 import pytest
 
-from course_lib.exercise_files import course_exercise, exercise_file, solution_file
+from course_lib.exercise_files import course_exercise, exercise_file, old_exercise_file, solution_file
 from course_lib.grading.__main__ import build_targets
 from course_lib.grading.__main__ import main as grade_main
 from course_lib.grading.__main__ import unchanged_note
@@ -94,3 +95,39 @@ def test_build_names_pick_the_exercise_the_lesson_or_both():
     for wrong in ("03_schedular", "drafts/03_scheduler.ipynb"):
         with pytest.raises(ValueError, match="the modules are 00_setup"):
             build_targets([wrong])
+
+
+# --- the exercise's old name (04_roofline.ipynb, before exercises had their own) -------------------
+
+def test_an_old_name_copy_is_graded_as_its_module_with_a_note_giving_the_new_name(working_copy, monkeypatch, capsys):
+    old = working_copy / "exercises" / old_exercise_file("01_paging")
+    (working_copy / "exercises" / NAME).rename(old)  # a working copy made before the rename, never refreshed
+    shutil.copyfile(SOLVED, old)
+    monkeypatch.chdir(working_copy)
+    assert grade_main([f"exercises/{old.name}"]) == 0
+    out = capsys.readouterr().out
+    assert "4/4 tasks, PASS" in out
+    assert (f"note: exercises/01_paging.ipynb has the exercise's old name and was graded as module 01_paging. "
+            f"The exercise is now {NAME}: ./course refresh renames the one in your working copy") in out
+
+
+def test_an_old_name_copy_beside_the_new_one_is_graded_and_the_new_one_named_as_the_graded_one(working_copy,
+                                                                                                monkeypatch, capsys):
+    shutil.copyfile(SOLVED, working_copy / "exercises" / old_exercise_file("01_paging"))
+    monkeypatch.chdir(working_copy)
+    assert grade_main([f"exercises/{old_exercise_file('01_paging')}"]) == 0
+    assert (f"exercises/{NAME}, its new name, is beside it: that is the file your course collects and grades, "
+            "so move your work there.") in capsys.readouterr().out
+
+
+def test_a_missing_old_name_points_to_the_new_name_and_a_lesson_is_not_graded(working_copy, monkeypatch, capsys):
+    monkeypatch.chdir(working_copy)
+    assert grade_main([f"exercises/{old_exercise_file('01_paging')}"]) == 1
+    assert f"exercises/01_paging.ipynb is not there: the exercise is now named {NAME}; grade it with " \
+           f"./course grade exercises/{NAME}" in capsys.readouterr().out
+    lesson = working_copy / "notebooks" / "01_paging.ipynb"
+    lesson.parent.mkdir()
+    shutil.copyfile(REPO_ROOT / "notebooks" / "01_paging.ipynb", lesson)
+    assert grade_main(["notebooks/01_paging.ipynb"]) == 1
+    out = capsys.readouterr().out
+    assert f"01_paging.ipynb is a lesson, its exercise is exercises/{NAME}" in out and "Task 1" not in out

@@ -2,8 +2,14 @@
 
 import json
 import os
+import shutil
 import subprocess
 
+import pytest
+
+from course_lib import workspace
+from course_lib.exercise_files import exercise_file, exercise_modules, old_exercise_file, solution_file
+from course_lib.paths import REPO_ROOT
 from course_lib.workspace import COMMAND_MARK, MANIFEST, sources_hash, sync, write_command
 
 
@@ -123,3 +129,113 @@ def test_a_course_file_the_learner_made_is_kept(tmp_path, capsys):
     write_command(work, course)
     assert (work / "course").read_text() == "my notes about the course"
     assert "is not the course's; kept it" in capsys.readouterr().err
+
+
+# --- exercises made under their old name (exercises/01_demo.ipynb, before exercises had their own) ---
+
+OLD, NEW = f"exercises/{old_exercise_file('01_demo')}", f"exercises/{exercise_file('01_demo')}"
+REPLACED = (f"replaced {OLD} (unedited) by {NEW}, the exercise's new name; if JupyterLab has it open, close that "
+            "tab and open the new name")
+RENAMED = (f"renamed  {OLD} -> {NEW} (the exercise's new name), with your edits; if JupyterLab has it open, close "
+           "that tab and open the new name")
+
+
+def _copy_made_before_the_rename(course, work, exercise="raise NotImplementedError"):
+    """A working copy synced while the course named its exercise like the lesson; the course then renamed it."""
+    _notebook(course / "notebooks" / "01_demo.ipynb", "print(1)")
+    _notebook(course / OLD, exercise)
+    sync(work, course)
+    (course / OLD).unlink()
+    _notebook(course / NEW, exercise + "  # the text names the new file")
+
+
+@pytest.mark.parametrize("refresh", [False, True], ids=["start-up", "refresh"])
+def test_an_unedited_old_name_exercise_is_replaced_by_the_new_one(tmp_path, refresh):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _copy_made_before_the_rename(course, work)
+    _notebook(work / OLD, "raise NotImplementedError", outputs=[{"output_type": "error", "ename": "E", "evalue": "",
+                                                                  "traceback": []}])  # run, not edited
+    assert sync(work, course, refresh=refresh) == [REPLACED, f"added    {NEW}"]
+    assert not (work / OLD).exists() and sources_hash(work / NEW) == sources_hash(course / NEW)
+    assert sync(work, course, refresh=True) == [], "the new name now follows the course like any copy"
+    assert OLD not in json.loads((work / MANIFEST).read_text())["copied"]
+
+
+@pytest.mark.parametrize("refresh", [False, True], ids=["start-up", "refresh"])
+def test_an_edited_old_name_exercise_moves_to_the_new_name_with_its_edits(tmp_path, refresh):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _copy_made_before_the_rename(course, work)
+    _notebook(work / OLD, "answer = 42")
+    report = sync(work, course, refresh=refresh)
+    assert report[0] == RENAMED and not (work / OLD).exists()
+    assert "answer = 42" in (work / NEW).read_text()
+    beside = work / "exercises" / f"{exercise_file('01_demo').removesuffix('.ipynb')}.updated.ipynb"
+    if refresh:  # still an edited copy of an older version: the course's new one lands beside it
+        assert report[1:] == [f"kept     {NEW} (you edited it); the course's new version is exercises/{beside.name}"]
+        assert sources_hash(beside) == sources_hash(course / NEW)
+    else:
+        assert report[1:] == [] and not beside.exists()
+    assert sync(work, course, refresh=refresh) == [], "done once"
+
+
+def test_the_course_version_once_offered_beside_the_old_name_goes_with_it(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _notebook(course / "notebooks" / "01_demo.ipynb", "print(1)")
+    _notebook(course / OLD, "raise NotImplementedError")
+    sync(work, course)
+    _notebook(work / OLD, "answer = 42")
+    _notebook(course / OLD, "raise NotImplementedError('v2')")
+    sync(work, course, refresh=True)  # offers exercises/01_demo.updated.ipynb
+    offered = work / "exercises" / "01_demo.updated.ipynb"
+    assert offered.exists()
+    (course / OLD).unlink()
+    _notebook(course / NEW, "raise NotImplementedError('v3')")
+    assert sync(work, course)[0] == RENAMED
+    assert not offered.exists() and "answer = 42" in (work / NEW).read_text()
+
+
+def test_an_edited_old_name_beside_the_new_name_keeps_both_and_says_which_is_graded(tmp_path):
+    """JupyterLab may save an open tab under the old name after the move: nothing is lost, the report says
+    which file counts, at every start until the learner moves their work."""
+    course, work = tmp_path / "course", tmp_path / "work"
+    _copy_made_before_the_rename(course, work)
+    sync(work, course)  # replaced, unedited
+    _notebook(work / OLD, "answer = 42")  # the old tab, saved with work in it
+    kept = (f"kept     {OLD} (you edited it) beside {NEW}, the exercise's new name: {NEW} is the one graded and "
+            "collected, so move your work into it")
+    assert sync(work, course) == [kept] and sync(work, course, refresh=True) == [kept]
+    assert "answer = 42" in (work / OLD).read_text() and sources_hash(work / NEW) == sources_hash(course / NEW)
+
+
+def test_without_a_readable_manifest_an_old_name_exercise_counts_as_edited_and_is_moved(tmp_path, capsys):
+    course, work = tmp_path / "course", tmp_path / "work"
+    _copy_made_before_the_rename(course, work)
+    (work / MANIFEST).write_text("")
+    assert sync(work, course)[0] == RENAMED
+    assert "unreadable" in capsys.readouterr().err and (work / NEW).exists() and not (work / OLD).exists()
+
+
+def test_refresh_moves_a_real_working_copy_made_before_the_rename(tmp_path, capsys):
+    """The course's own exercises, as a copy made before the rename holds them: each under its old name, its
+    text naming that file. ./course refresh keeps the learner's work and leaves every exercise at its new name."""
+    work = tmp_path / "work"
+    workspace.main(["--workdir", str(work)])
+    manifest = json.loads((work / MANIFEST).read_text())
+    for module in exercise_modules():
+        new, old = work / "exercises" / exercise_file(module), work / "exercises" / old_exercise_file(module)
+        old.write_text(new.read_text().replace(exercise_file(module), old_exercise_file(module)))
+        new.unlink()
+        manifest["copied"][f"exercises/{old.name}"] = sources_hash(old)
+        del manifest["copied"][f"exercises/{new.name}"]
+    (work / MANIFEST).write_text(json.dumps(manifest))
+    solved = work / "exercises" / old_exercise_file("04_roofline")
+    shutil.copyfile(REPO_ROOT / "solutions" / solution_file("04_roofline"), solved)
+    capsys.readouterr()
+    workspace.main(["--refresh", "--workdir", str(work)])
+    report = capsys.readouterr().out
+    assert "renamed  exercises/04_roofline.ipynb -> exercises/04_roofline_exercise.ipynb" in report
+    assert report.count("replaced ") == len(exercise_modules()) - 1
+    assert sorted(p.name for p in (work / "exercises").glob("*.ipynb")) == sorted(
+        [*map(exercise_file, exercise_modules()), "04_roofline_exercise.updated.ipynb"])
+    moved = work / "exercises" / exercise_file("04_roofline")
+    assert sources_hash(moved) == sources_hash(REPO_ROOT / "solutions" / solution_file("04_roofline"))

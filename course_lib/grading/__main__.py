@@ -3,7 +3,9 @@
 Each notebook is graded as the cohort grader grades it (``grade.py``): the learner's code runs
 in a process of its own (in bubblewrap's sandbox where it works here), and every task's results
 are compared by value with the reference's. A notebook is matched to its exercise by name
-(``exercise_files``: ``04_roofline_exercise.ipynb`` is module 04_roofline's).
+(``exercise_files``: ``04_roofline_exercise.ipynb`` is module 04_roofline's); the exercise's old name,
+``04_roofline.ipynb``, which working copies made before the rename may still hold, is graded as that
+module, with a note giving the new name.
 
 The course's own exercise (``exercises/NN_name_exercise.ipynb`` of the checkout) is never graded: nobody solves
 it there, since JupyterLab opens the learner's working copy (``workspace.py``); the command names
@@ -32,15 +34,20 @@ from course_lib.workspace import default_workdir, sources_hash
 
 def exercise_module(path: Path) -> str | None:
     """The module whose exercise ``path`` is, by its file name: an exercise's or a solution's
-    (``04_roofline_exercise.ipynb``, ``04_roofline_solution.ipynb``). None when it names no module
-    with an exercise."""
-    module = module_of(path.name)
+    (``04_roofline_exercise.ipynb``, ``04_roofline_solution.ipynb``), or the exercise's old name
+    (``04_roofline.ipynb``) anywhere but in a ``notebooks/`` folder, where that name is the lesson's.
+    None when it names no module with an exercise."""
+    module = module_of(path.name) or (path.stem if path.parent.name != "notebooks" else None)
     return module if module and course_exercise(module).is_file() else None
 
 
 def grade_file(notebook: str | Path) -> ExerciseGrade:
     """Grade one notebook file against its module's exercise (``exercise_module``)."""
     path = Path(notebook)
+    renamed = path.with_name(exercise_file(path.stem)) if path.suffix == ".ipynb" else path
+    if not path.is_file() and renamed.is_file():
+        raise FileNotFoundError(f"{notebook} is not there: the exercise is now named {renamed.name}; "
+                                f"grade it with ./course grade {_shown(renamed)}")
     if not path.is_file() or path.suffix != ".ipynb":
         raise FileNotFoundError(f"{notebook} is not a notebook file; pass a path like "
                                 "exercises/01_paging_exercise.ipynb (from JupyterLab's Terminal, which opens in your "
@@ -48,8 +55,10 @@ def grade_file(notebook: str | Path) -> ExerciseGrade:
     module = exercise_module(path)
     if module is None:
         names = ", ".join(map(exercise_file, exercise_modules()))
-        raise FileNotFoundError(f"{path.name} is not the name of an exercise ({names}); keep the exercise's file "
-                                "name.")
+        lesson = f"; {path.name} is a lesson, its exercise is exercises/{exercise_file(path.stem)}" \
+            if course_exercise(path.stem).is_file() else ""
+        raise FileNotFoundError(f"{path.name} is not the name of an exercise ({names}){lesson}; keep the exercise's "
+                                "file name.")
     return grade_notebook("you", nbformat.read(path, as_version=4), prepare_exercise(course_exercise(module)),
                           isolate=sandbox_problem() is None)
 
@@ -78,6 +87,21 @@ def course_copy_refusal(notebook: str | Path) -> str | None:
     return (f"{_shown(path)} is the course's own copy of the exercise, which stays untouched: JupyterLab opens "
             f"and saves your working copy. Grade yours{made}: ./course grade {_shown(mine)} (in JupyterLab's "
             f"Terminal, which opens in your working copy: ./course grade exercises/{mine.name}).")
+
+
+def renamed_note(notebook: str | Path) -> str | None:
+    """A note when ``notebook`` has its exercise's old name (``04_roofline.ipynb``): the new name, and
+    which file counts when the new one is beside it; else None."""
+    path = Path(notebook)
+    module = exercise_module(path)
+    if module is None or module_of(path.name) is not None:
+        return None
+    new = path.with_name(exercise_file(module))
+    if new.is_file():
+        return (f"{_shown(path)} has the exercise's old name and was graded as module {module}. {_shown(new)}, its "
+                "new name, is beside it: that is the file your course collects and grades, so move your work there.")
+    return (f"{_shown(path)} has the exercise's old name and was graded as module {module}. The exercise is now "
+            f"{new.name}: ./course refresh renames the one in your working copy, keeping your edits.")
 
 
 def unchanged_note(notebook: str | Path) -> str | None:
@@ -161,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"status: {result.status}")
         for check in result.checks:
             print("\n".join(check.details or (f"{check.name}: FAIL: {check.message}",)))
-        for note in (*result.notes, unchanged_note(notebook)):
+        for note in (renamed_note(notebook), *result.notes, unchanged_note(notebook)):
             if note:
                 print(f"note: {note}")
         passed = result.status == "graded" and result.score == len(result.checks)

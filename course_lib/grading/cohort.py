@@ -1,8 +1,9 @@
 """Grade a cohort: ``python -m course_lib.grading.cohort SUBMISSIONS --out GRADEBOOK [--jobs N]``.
 
 SUBMISSIONS holds one folder per learner, each with that learner's exercise notebooks (named
-as in ``exercises/``: ``04_roofline_exercise.ipynb``) and optionally exported quiz scorecards
-(``*.json``). The pristine
+as in ``exercises/``: ``04_roofline_exercise.ipynb``; a notebook under the exercise's old name,
+``04_roofline.ipynb``, is graded when the new name is absent, and the learner's feedback says which
+one counted when both are there) and optionally exported quiz scorecards (``*.json``). The pristine
 exercises are read, and every expected value computed, before any learner code runs; nothing
 is re-read from the checkout afterwards. Each notebook is then graded as ``./course grade``
 does (``grade.py``), in a sandbox of its own (``sandbox.py``: its own PID namespace, no network,
@@ -26,6 +27,7 @@ only a process group and limits, which a hostile submission can escape (it warns
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import stat
 import sys
@@ -37,7 +39,7 @@ from typing import Callable
 
 import nbformat
 
-from course_lib.exercise_files import course_exercise, exercise_file, exercise_modules
+from course_lib.exercise_files import course_exercise, exercise_file, exercise_modules, old_exercise_file
 from course_lib.grading.grade import ExerciseGrade, PreparedExercise, grade_notebook, prepare_exercise
 from course_lib.grading.gradebook import write_gradebook
 from course_lib.grading.quizzes import collect_quizzes, load_banks
@@ -72,17 +74,33 @@ def read_submission(path: Path) -> nbformat.NotebookNode | tuple[str, str]:
     return book
 
 
+def submission_file(learner: Path, module: str) -> tuple[str, str | None]:
+    """The file name of ``learner``'s notebook for ``module``, and a note for their feedback: the
+    exercise's name when it is there (noting an old-name copy beside it, which is not graded), else the
+    old name when that one is there, else the exercise's name (then missing). Nothing is followed."""
+    new, old = exercise_file(module), old_exercise_file(module)
+    if os.path.lexists(learner / new):
+        return new, (f"{new} was graded; {old}, the exercise's old name, was handed in too and not graded"
+                     if os.path.lexists(learner / old) else None)
+    if os.path.lexists(learner / old):
+        return old, f"{old}, the exercise's old name, was graded (the exercise is now {new})"
+    return new, None
+
+
 def grade_submission(learner: Path, exercise: PreparedExercise, *, limits: Limits, isolate: bool,
                      hide: list[Path], cell_timeout_s: float, scratch_root: Path | None = None) -> ExerciseGrade:
-    """Grade one learner's notebook for one exercise; never raises."""
+    """Grade one learner's notebook for one exercise (``submission_file``); never raises."""
     try:
         if os.path.islink(learner):
             return exercise.every_check(learner.name, "refused", "the learner folder is a symbolic link")
-        book = read_submission(learner / exercise_file(exercise.name))
+        name, note = submission_file(learner, exercise.name)
+        book = read_submission(learner / name)
         if isinstance(book, tuple):
-            return exercise.every_check(learner.name, *book)
-        return grade_notebook(learner.name, book, exercise, limits=limits, isolate=isolate, hide=hide,
-                              cell_timeout_s=cell_timeout_s, scratch_root=scratch_root)
+            grade = exercise.every_check(learner.name, *book)
+        else:
+            grade = grade_notebook(learner.name, book, exercise, limits=limits, isolate=isolate, hide=hide,
+                                   cell_timeout_s=cell_timeout_s, scratch_root=scratch_root)
+        return dataclasses.replace(grade, notes=(note, *grade.notes)) if note else grade
     except Exception as error:  # noqa: BLE001 - one submission must never end the run
         return exercise.every_check(learner.name, "grader error", f"{type(error).__name__}: {error}"[:300])
 

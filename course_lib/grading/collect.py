@@ -5,8 +5,10 @@ A learner is each direct sub-folder of HUB_HOMES holding a working copy ``course
 learner's name in SUBMISSIONS. ``--learners a,b`` names learners expected as well, so one who never
 logged in is reported too. Into ``SUBMISSIONS/<learner>/`` go, as ``./course grade-cohort`` reads them:
 
-* ``course/exercises/NAME.ipynb`` for each NAME of the course's ``exercises/`` (``01_paging_exercise.ipynb``;
-  other files are ignored);
+* ``course/exercises/NN_name_exercise.ipynb`` for each exercise of the course's ``exercises/``, and the
+  exercise's old name ``NN_name.ipynb`` that working copies made before the rename may hold (both when
+  both are there: grade-cohort grades the new name, and the old only when the new is absent); other
+  files are ignored;
 * every exported scorecard under ``course/`` (a regular ``*.json`` file that reads as a scorecard of a
   course quiz), as ``<quiz>-1-<its path, / as __>-<hash>.json`` (see ``_flat``);
 * for a quiz with no exported scorecard, each auto-saved one (``.course-quizzes/<id>/<quiz>.json``),
@@ -43,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.exercise_files import exercise_file, exercise_modules, old_exercise_file
 from course_lib.grading.cohort import MAX_NOTEBOOK_BYTES
 from course_lib.grading.quizzes import (DIR_FLAGS, MAX_CARD_BYTES, READ_FLAGS, Refused, load_banks, parse_card,
                                         refusal_reason, require_regular, scorecard_answers, shown_name)
@@ -70,6 +73,7 @@ class Collected:
     learner: str
     files: dict[str, bytes] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)  # "path: reason"
+    old_names: dict[str, str] = field(default_factory=dict)  # exercises collected under their old name -> new name
     home: bool = True  # False: a --learners name with no home folder
     seen: int = 0  # names looked at, against MAX_ENTRIES
 
@@ -80,16 +84,22 @@ class Collected:
         """The learner's summary line."""
         if not self.home:
             return f"{self.learner}: no home folder: never logged in"
-        exercises = sum(name.endswith(".ipynb") for name in self.files)
-        cards = len(self.files) - exercises
+        notebooks = sum(name.endswith(".ipynb") for name in self.files)
+        exercises = notebooks - sum(new in self.files for new in self.old_names.values())  # modules handed in
+        cards = len(self.files) - notebooks
         got = (f"{exercises} exercise{'s' * (exercises != 1)}, {cards} scorecard{'s' * (cards != 1)}"
                if self.files else "submitted nothing")
-        return f"{self.learner}: {got}" + (f"; refused: {'; '.join(self.refused)}" if self.refused else "")
+        old = [f"{name} (the exercise's old name; {new}, beside it, is graded)" if new in self.files
+               else f"{name} (the exercise's old name; graded)" for name, new in sorted(self.old_names.items())]
+        return (f"{self.learner}: {got}" + (f"; {'; '.join(old)}" if old else "")
+                + (f"; refused: {'; '.join(self.refused)}" if self.refused else ""))
 
 
-def exercise_names(root: Path = REPO_ROOT) -> list[str]:
-    """The course's exercise notebook names (``01_paging_exercise.ipynb``, ...)."""
-    return sorted(path.name for path in (root / "exercises").glob("*.ipynb"))
+def wanted_exercises(root: Path = REPO_ROOT) -> dict[str, str]:
+    """The exercise file names collected -> each one's name now: every exercise of the course's
+    ``exercises/`` (``01_paging_exercise.ipynb``) and its old name (``01_paging.ipynb``)."""
+    return {name: exercise_file(module) for module in exercise_modules(root)
+            for name in (exercise_file(module), old_exercise_file(module))}
 
 
 def _listing(folder: int, collected: Collected, shown: str) -> list[os.DirEntry]:
@@ -165,7 +175,7 @@ def _entry(folder: int, name: str) -> os.DirEntry | None:
         return next((entry for entry in entries if entry.name == name), None)
 
 
-def _exercises(course: int, collected: Collected, wanted: set[str]) -> None:
+def _exercises(course: int, collected: Collected, wanted: Mapping[str, str]) -> None:
     entry = _entry(course, "exercises")
     if entry is None:
         return
@@ -177,6 +187,8 @@ def _exercises(course: int, collected: Collected, wanted: set[str]) -> None:
             if notebook.name in wanted:
                 try:
                     collected.files[notebook.name] = _read_regular(folder, notebook, MAX_NOTEBOOK_BYTES)
+                    if wanted[notebook.name] != notebook.name:
+                        collected.old_names[notebook.name] = wanted[notebook.name]
                 except Refused as refusal:
                     collected.refuse(f"course/exercises/{notebook.name}", str(refusal))
     finally:
@@ -235,7 +247,8 @@ def _saved(home: int, collected: Collected, banks: Mapping[str, QuizBank]) -> di
     return saved
 
 
-def collect_learner(homes: int, entry: os.DirEntry, banks: Mapping[str, QuizBank], wanted: set[str]) -> Collected | None:
+def collect_learner(homes: int, entry: os.DirEntry, banks: Mapping[str, QuizBank],
+                    wanted: Mapping[str, str]) -> Collected | None:
     """One home folder's collection; None when the entry is not a learner (no working copy)."""
     collected = Collected(entry.name)
     if entry.is_symlink():
@@ -281,7 +294,7 @@ def collect_homes(hub_homes: Path, expected: list[str] = (), banks: Mapping[str,
     """Every learner of ``hub_homes`` plus the ``expected`` names, in name order; and notes on what was
     skipped (unsafe names, folders with no working copy). Reads only; nothing a home holds makes it raise."""
     banks = load_banks() if banks is None else banks
-    wanted = set(exercise_names())
+    wanted = wanted_exercises()
     learners: dict[str, Collected] = {}
     notes: list[str] = []
     skipped = 0

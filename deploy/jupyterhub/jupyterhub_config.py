@@ -4,7 +4,8 @@
 Every learner gets a single-user JupyterLab that runs the one shared course environment (the
 ``.venv`` this hub runs from; learners only read it) and, at each start, their own working copy
 of the lessons and exercises in ``~/course`` (made at the first login, then only topped up with
-notebooks the course gained: ``course_lib/workspace.py``), which JupyterLab opens. Learners never write into the course
+notebooks the course gained, and an exercise saved under its old name, ``NN_name.ipynb``, moved to
+``NN_name_exercise.ipynb`` with its edits: ``course_lib/workspace.py``), which JupyterLab opens. Learners never write into the course
 checkout. Quiz answers are kept under ``~/.course-quizzes`` as the learner's hub name.
 
 Everything an instructor may change is an environment variable, read below. ``deploy/README.md``

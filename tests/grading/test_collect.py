@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.exercise_files import exercise_file, exercise_modules, solution_file
+from course_lib.exercise_files import exercise_file, exercise_modules, old_exercise_file, solution_file
 from course_lib.grading import cohort
 from course_lib.grading.collect import MARKER, main
 from course_lib.grading.sandbox import sandbox_problem
@@ -228,3 +228,33 @@ def test_too_many_files_are_not_all_looked_at(homes: Path, tmp_path: Path, capsy
         (homes / "bob" / "course" / "a" / f"{number:02}.txt").write_text("x")
     line = next(line for line in run(homes, tmp_path / "out", capsys) if line.startswith("bob:"))
     assert "more than 30 files in all; only the first" in line
+
+
+def test_an_exercise_under_its_old_name_is_collected_and_graded_unless_the_new_name_is_there(tmp_path: Path, capsys):
+    """Working copies made before exercises had their own names: erin's solved exercise is still under the
+    old name; fay has both (the new one untouched). The old name counts only where the new one is missing."""
+    homes = tmp_path / "homes"
+    old = old_exercise_file("01_paging")
+    erin = make_learner(homes, "erin", None) / "course" / "exercises"
+    shutil.copyfile(PAGING_SOLUTION, erin / old)
+    fay = make_learner(homes, "fay", REPO_ROOT / "exercises" / PAGING) / "course" / "exercises"
+    shutil.copyfile(PAGING_SOLUTION, fay / old)
+    out = tmp_path / "submissions"
+    assert run(homes, out, capsys) == [
+        f"erin: 1 exercise, 0 scorecards; {old} (the exercise's old name; graded)",
+        f"fay: 1 exercise, 0 scorecards; {old} (the exercise's old name; {PAGING}, beside it, is graded)",
+        f"wrote 2 learner folder(s) in {out}; grade them with ./course grade-cohort {out}"]
+    assert sorted(os.listdir(out / "erin")) == [old] and sorted(os.listdir(out / "fay")) == sorted([old, PAGING])
+
+    gradebook = tmp_path / "gradebook"
+    sandbox = ["--no-sandbox"] if sandbox_problem() else []
+    assert cohort.main([str(out), "--out", str(gradebook), "--exercise", "01_paging", "--time-limit", "120",
+                        *sandbox]) == 0
+    with open(gradebook / "grades.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert {row["exercise"] for row in rows} == {"01_paging"}  # the module id, whatever the file was called
+    assert all(row["passed"] == "1" for row in rows if row["learner"] == "erin")
+    assert not any(row["passed"] == "1" for row in rows if row["learner"] == "fay")
+    assert f"{old}, the exercise's old name, was graded" in (gradebook / "feedback" / "erin.md").read_text()
+    assert f"{PAGING} was graded; {old}, the exercise's old name, was handed in too and not graded" in \
+        (gradebook / "feedback" / "fay.md").read_text()
