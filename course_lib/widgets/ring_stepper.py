@@ -15,6 +15,10 @@ from course_lib.collectives.ring import ring_all_reduce
 from course_lib.collectives.trace import CommTrace
 from course_lib.widgets.rank_view import RANK_COLOURS
 
+COMPLETE_SUM_COLOUR = "#222222"
+"""Near-black: unlike every rank's own colour (``RANK_COLOURS``) and the grey of a partial sum."""
+PARTIAL_SUM_COLOUR = "#8c8c8c"
+
 
 def _ring_on_this_rank() -> CommTrace:
     world = dist.get_world_size()
@@ -53,10 +57,10 @@ def render_frame(frame: dict, world: int) -> str:
         for chunk, mask in enumerate(masks):
             members = [r for r in range(world) if mask >> r & 1]
             complete = len(members) == world
-            colour = "#2ca02c" if complete else RANK_COLOURS[members[0] % len(RANK_COLOURS)] if len(members) == 1 \
-                else "#8c8c8c"
+            colour = COMPLETE_SUM_COLOUR if complete else RANK_COLOURS[members[0] % len(RANK_COLOURS)] \
+                if len(members) == 1 else PARTIAL_SUM_COLOUR
             border = "3px solid #d62728" if (rank, chunk) in received else "1px solid #444"
-            label = "all" if complete else "+".join(f"r{m}" for m in members)
+            label = "<b>all</b>" if complete else "+".join(f"r{m}" for m in members)
             arrow = " &#8599;" if (rank, chunk) in sent else ""
             cells.append(f"<td style='background:{colour};color:white;border:{border};padding:4px 8px;"
                          f"text-align:center;min-width:60px'>chunk {chunk}<br>{label}{arrow}</td>")
@@ -64,8 +68,8 @@ def render_frame(frame: dict, world: int) -> str:
     sends = ", ".join(f"r{src}&rarr;r{dst}: chunk {chunk}" for src, dst, chunk in frame["sends"]) or "none yet"
     return (f"<div style='font-family:sans-serif;font-size:13px'><b>{frame['title']}</b><br>sends this step: {sends}"
             f"<table style='border-collapse:separate;border-spacing:3px'>{''.join(rows)}</table>"
-            f"<small>label: ranks whose data the chunk holds; green: the complete sum; red border: just "
-            f"received; &#8599;: just sent</small></div>")
+            f"<small>label: ranks whose data the chunk holds; own colour: a rank's own data only; grey: a partial "
+            f"sum; black, <b>all</b>: the complete sum; red border: just received; &#8599;: just sent</small></div>")
 
 
 def ring_stepper(traces: list[CommTrace]) -> w.VBox:

@@ -1,5 +1,8 @@
 """Modules 05 and 06 widgets: primitives on real ranks, the ring stepper, the crossover explorer."""
 
+import math
+import re
+
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
@@ -7,7 +10,8 @@ import pytest
 from course_lib.perf.comm import ALGORITHMS, LINKS, RING, TREE_CHUNK_BYTES
 from course_lib.widgets.crossover import SIZES, CrossoverExplorer
 from course_lib.widgets.rank_view import PrimitiveExplorer
-from course_lib.widgets.ring_stepper import record_ring, ring_frames, ring_stepper
+from course_lib.widgets.rank_view import RANK_COLOURS
+from course_lib.widgets.ring_stepper import record_ring, render_frame, ring_frames, ring_stepper
 
 matplotlib.use("Agg")
 
@@ -36,6 +40,24 @@ def test_ring_frames_show_scatter_reduce_then_all_gather():
     assert slider.value == 1 and "scatter-reduce, step 1 of 3" in view.value and "r0&rarr;r1: chunk 0" in view.value
     with pytest.raises(ValueError, match="between 2 and 8"):
         record_ring(9)
+
+
+def _rgb(colour: str) -> tuple[int, ...]:
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def test_ring_stepper_complete_sum_looks_like_no_rank():
+    """The complete sum's colour must not be mistaken for a rank's own data (rank 2 was green, as the sum)."""
+    world = 4
+    html = render_frame({"title": "t", "masks": [[2**r, 15, 2**r | 1, 2**r] for r in range(world)], "sends": []},
+                        world)
+    backgrounds = re.findall(r"background:(#[0-9a-f]{6})", html)
+    complete = {backgrounds[4 * r + 1] for r in range(world)}
+    own = {backgrounds[4 * r] for r in range(world)}
+    assert own == set(RANK_COLOURS[:world]) and len(complete) == 1
+    (sum_colour,) = complete
+    assert all(math.dist(_rgb(sum_colour), _rgb(c)) > 100 for c in RANK_COLOURS)
+    assert "green" not in html and "the complete sum" in html
 
 
 def test_crossover_explorer_picks_the_winner():
