@@ -2,7 +2,8 @@
 
 import pytest
 
-from course_lib.perf.units import format_number, format_si
+from course_lib.perf.units import format_bytes, format_duration, format_number, format_si
+from course_lib.widgets.log_ticks import bytes_ticks, time_ticks
 
 
 @pytest.mark.parametrize("value, text", [
@@ -23,3 +24,27 @@ def test_format_number_takes_more_digits_when_asked():
 ])
 def test_format_si(value, unit, digits, text):
     assert format_si(value, unit, digits) == text
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (4.294967, "4.29 s"), (17.183146, "17.2 s"), (0.00511, "5.11 ms"), (9.016e-5, "90.2 µs"), (0.05504, "55 ms"),
+    (0.99996, "1 s"), (0.9994, "999 ms"), (1.5e-9, "1.5 ns"), (0, "0 s"), (-0.002, "-2 ms"), (17183.1, "17,183 s"),
+])
+def test_format_duration_picks_the_unit_that_fits(seconds, text):
+    assert format_duration(seconds) == text
+
+
+def test_format_bytes_whole_drops_only_a_zero_decimal():
+    assert format_bytes(128 * 1024) == "128.0 KiB" and format_bytes(128 * 1024, whole=True) == "128 KiB"
+    assert format_bytes(1536, whole=True) == "1.5 KiB" and format_bytes(100, whole=True) == "100 B"
+
+
+def test_log_ticks_carry_units_and_bracket_the_data():
+    ticks = time_ticks(9e-7, 17.2)
+    assert ticks["ticktext"][0] == "100 ns" and ticks["ticktext"][-1] == "100 s" and "1 ms" in ticks["ticktext"]
+    assert all(any(u in t for u in (" s", "ms", "µs", "ns")) for t in ticks["ticktext"])
+    sizes = bytes_ticks(1024, 4 * 2**30)
+    assert sizes["tickvals"][:2] == [1024, 16384] and sizes["ticktext"][:3] == ["1 KiB", "16 KiB", "256 KiB"]
+    assert sizes["tickvals"][-1] >= 4 * 2**30
+    with pytest.raises(ValueError, match="0 < low <= high"):
+        time_ticks(0, 1)

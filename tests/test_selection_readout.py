@@ -28,6 +28,13 @@ def test_the_label_follows_the_slider_and_the_slider_takes_no_typing():
     assert row.children[1].value == "a"
 
 
+def test_the_label_keeps_clear_of_the_handle_at_the_end():
+    """At its last option the handle overhangs the track by half its width: the label starts further off."""
+    label = with_readout(w.SelectionSlider(options=["1", "4096"], value="4096")).children[1]
+    left = label.layout.margin.split()[3]
+    assert left.endswith("px") and int(left[:-2]) >= 12
+
+
 def test_a_range_slider_shows_both_ends_and_other_controls_pass_through():
     span = w.SelectionRangeSlider(options=["1", "2", "4"], index=(0, 1))
     row = with_readout(span)

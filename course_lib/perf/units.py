@@ -10,13 +10,15 @@ GiB = 1024**3
 GB = 10**9
 
 
-def format_bytes(num_bytes: float) -> str:
-    """Format a byte count with a binary unit, e.g. ``131072 -> '128.0 KiB'``."""
+def format_bytes(num_bytes: float, whole: bool = False) -> str:
+    """Format a byte count with a binary unit, e.g. ``131072 -> '128.0 KiB'``; ``whole`` drops a
+    '.0' (``'128 KiB'``), for menus and ticks of round sizes."""
     sign = "-" if num_bytes < 0 else ""
     value = abs(float(num_bytes))
     for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if value >= size:
-            return f"{sign}{value / size:.1f} {unit}"
+            text = f"{value / size:.1f}"
+            return f"{sign}{text.removesuffix('.0') if whole else text} {unit}"
     return f"{sign}{value:.0f} B"
 
 
@@ -42,3 +44,17 @@ def format_si(value: float, unit: str, digits: int = 3) -> str:
         if abs(value) >= scale:
             return f"{format_number(value / scale, digits)} {prefix}{unit}"
     return f"{format_number(value, digits)} {unit}"
+
+
+def format_duration(seconds: float, digits: int = 3) -> str:
+    """``seconds`` in the unit that fits it, s, ms, µs or ns, to ``digits`` significant digits, never in
+    e-notation: 4.2949 -> '4.29 s', 0.00511 -> '5.11 ms', 9.02e-5 -> '90.2 µs'. A value that rounds up to
+    the next unit takes it (0.99996 -> '1 s', not '1,000 ms')."""
+    if seconds == 0 or not math.isfinite(seconds):
+        return f"{seconds:g} s"
+    carry = 1 - 5 * 10 ** -(digits + 1)  # 0.9995 of a unit rounds to 1 at 3 digits
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale * carry:
+            return f"{format_number(seconds / scale, digits)} {unit}"
+    return f"{format_number(seconds * 1e9, digits)} ns"
+

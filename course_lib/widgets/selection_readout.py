@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipywidgets as w
 
 SELECTION_SLIDERS = (w.SelectionSlider, w.SelectionRangeSlider)
+READOUT_MARGIN = "0 0 0 16px"
+"""Space before the label: more than half a slider handle (ipywidgets' handle is about 16 px wide)."""
 
 
 def with_readout(control: w.Widget) -> w.Widget:
@@ -19,7 +21,8 @@ def with_readout(control: w.Widget) -> w.Widget:
     if not isinstance(control, SELECTION_SLIDERS):
         return control
     control.readout = False
-    readout = w.Label(layout=w.Layout(min_width="5em"))
+    # The handle at the slider's end reaches past its track: the margin keeps it off the label's text.
+    readout = w.Label(layout=w.Layout(min_width="5em", margin=READOUT_MARGIN))
 
     def show(_=None) -> None:
         # From the index, not ``control.label``: ipywidgets leaves the label empty when a slider is

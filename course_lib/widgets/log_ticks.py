@@ -1,0 +1,39 @@
+"""Ticks for log axes, each labelled with its unit: '1 µs', '10 ms', '1 s'; '1 KiB', '64 MiB'.
+
+Left to itself plotly labels a log axis in mixed forms ('100k', '10k', '1000') and, with an SI tick
+format, drops the unit ('100µ'). These place one tick per power of ten (seconds) or per power of a
+byte step (bytes) across the data and label it with ``units.format_duration`` / ``format_bytes``.
+Pass the result to ``update_xaxes`` / ``update_yaxes`` of an axis of ``type="log"``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from course_lib.perf.units import format_bytes, format_duration
+
+
+def powers(low: float, high: float, base: float = 10.0) -> list[float]:
+    """Every power of ``base`` from the one at or below ``low`` to the one at or above ``high``
+    (both positive), so the ticks bracket the data."""
+    if not 0 < low <= high:
+        raise ValueError(f"A log axis needs 0 < low <= high, got {low} and {high}.")
+    first, last = math.floor(math.log(low, base) + 1e-9), math.ceil(math.log(high, base) - 1e-9)
+    return [base ** k for k in range(first, last + 1)]
+
+
+def time_ticks(low_s: float, high_s: float) -> dict:
+    """``tickvals`` and ``ticktext`` for an axis in seconds: a tick per decade, '100 µs', '1 ms', ..."""
+    values = powers(low_s, high_s)
+    return {"tickvals": values, "ticktext": [format_duration(v) for v in values]}
+
+
+def bytes_ticks(low: float, high: float, step: int = 16) -> dict:
+    """``tickvals`` and ``ticktext`` for an axis in bytes: from the power of two at or below ``low``,
+    a tick every factor ``step`` up to the first at or above ``high``: '1 KiB', '16 KiB', ..."""
+    if not 0 < low <= high or step < 2:
+        raise ValueError(f"Byte ticks need 0 < low <= high and a step of 2 or more, got {low}, {high}, {step}.")
+    values = [2 ** math.floor(math.log2(low))]
+    while values[-1] < high:
+        values.append(values[-1] * step)
+    return {"tickvals": values, "ticktext": [format_bytes(v, whole=True) for v in values]}
