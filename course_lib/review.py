@@ -22,14 +22,14 @@ from course_lib.paging.reserve_for_max import ReserveForMaxAllocator
 from course_lib.paging.simulate import simulate
 from course_lib.paging.trace import sample_chat_trace
 from course_lib.perf import kv_tiers, quant_cost, tp_all_reduce, topology
-from course_lib.perf.comm import BINARY_TREE, DOUBLE_BINARY_TREE, RING, TREE_CHUNK_BYTES, crossover_bytes
+from course_lib.perf.comm import DOUBLE_BINARY_TREE, RING, TREE_CHUNK_BYTES, crossover_bytes
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.interconnect import INFINIBAND_NDR, NVLINK_4, get_link
 from course_lib.perf.kv import model_kv_bytes_per_token, plan_kv_cache
 from course_lib.perf.models import get_model
 from course_lib.perf.roofline import ridge_point, step_cost
 from course_lib.perf.serving import expected_tokens_per_step, kv_transfer
-from course_lib.perf.units import MiB, format_bytes
+from course_lib.perf.units import MiB, format_bytes, format_duration, format_number
 
 KV_MEMORY, MEMORY_BANDWIDTH, INTERCONNECT_BANDWIDTH, LATENCY = (
     "KV memory", "memory bandwidth", "interconnect bandwidth", "latency")
@@ -70,10 +70,6 @@ class Bound:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms"
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.1f} µs"
 
 
 def paging() -> Bound:
@@ -161,11 +157,13 @@ def ring_vs_tree(num_ranks: int = 512, size: int = 4096) -> Bound:
     ib = get_link(INFINIBAND_NDR)
     ring = RING.time(num_ranks, size, ib.alpha_s, ib.beta)
     tree = DOUBLE_BINARY_TREE.time(num_ranks, size, ib.alpha_s, ib.beta, TREE_CHUNK_BYTES)
-    crossover = crossover_bytes(BINARY_TREE, RING, num_ranks, ib.alpha_s, ib.beta)
+    # the same tree, pipelined in the same chunks, as the time above and lesson 06's widget
+    crossover = crossover_bytes(DOUBLE_BINARY_TREE, RING, num_ranks, ib.alpha_s, ib.beta, TREE_CHUNK_BYTES)
     return Bound(
         "06", LATENCY,
-        f"4 KiB on {num_ranks} GPUs over InfiniBand: the ring's {2 * (num_ranks - 1):,} hops take {_us(ring)}, a "
-        f"double binary tree {_us(tree)} ({ring / tree:.0f}x less); the ring overtakes a tree only above "
+        f"4 KiB on {num_ranks} GPUs over InfiniBand: the ring's {2 * (num_ranks - 1):,} hops take "
+        f"{format_duration(ring)}, a double binary tree {format_duration(tree)} ({ring / tree:.0f}x less); the "
+        f"ring overtakes that tree, pipelined in {format_bytes(TREE_CHUNK_BYTES, whole=True)} chunks, only above "
         f"{format_bytes(crossover)}.",
         "trees (double binary trees) for small messages on many ranks, the ring for large ones",
         {"ring_s": ring, "tree_s": tree, "crossover_bytes": crossover})
@@ -258,6 +256,26 @@ def as_markdown(rows: list[Bound], link_prefix: str = "") -> str:
         name = f"[{row.module} {row.title}]({link_prefix}{row.lesson})" + (f": {row.aspect}" if row.aspect else "")
         cells = (name, f"**{row.resource}**", row.evidence, row.technique)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def figures_text(rows: list[Bound], width: int = 96) -> str:
+    """Each row's figures as the cost models returned them, to four significant digits, never in
+    e-notation: seconds (names ending ``_s``) in the unit that fits, the rest as plain numbers. A
+    row's figures are wrapped between figures, never inside one, in lines of at most ``width``
+    (a single figure longer than that keeps a line of its own)."""
+    lines = []
+    for row in rows:
+        items = [f"{name} = {format_duration(value, 4) if name.endswith('_s') else format_number(value, 4)}"
+                 for name, value in row.figures.items()]
+        items = [item + "," for item in items[:-1]] + items[-1:]
+        line, fresh = f"{row.module} {row.resource:22}", True
+        for item in items:
+            if not fresh and len(line) + 1 + len(item) > width:
+                lines.append(line)
+                line = " " * 25
+            line, fresh = f"{line} {item}", False
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -1,18 +1,21 @@
 """The final review's resource map: every module 01-09 has a row, each row's figures are what the
 cost models compute, and the rendered table quotes them and links each lesson."""
 
+import re
+
 import pytest
 
 from course_lib import review
 from course_lib.paths import QUIZ_DIR
 from course_lib.perf import kv_tiers, quant_cost, tp_all_reduce
-from course_lib.perf.comm import RING
+from course_lib.perf.comm import DOUBLE_BINARY_TREE, RING, TREE_CHUNK_BYTES, crossover_bytes
 from course_lib.perf.hardware import get_gpu
-from course_lib.perf.interconnect import NVLINK_4, get_link
+from course_lib.perf.interconnect import INFINIBAND_NDR, NVLINK_4, get_link
 from course_lib.perf.kv import model_kv_bytes_per_token
 from course_lib.perf.models import get_model
 from course_lib.perf.roofline import step_cost
 from course_lib.perf.serving import expected_tokens_per_step
+from course_lib.perf.units import format_bytes
 
 ROWS = review.resource_map()
 H100, LLAMA_8B, LLAMA_70B = get_gpu("H100-80GB"), get_model("Llama-3.1-8B"), get_model("Llama-3.1-70B")
@@ -85,6 +88,28 @@ def test_the_quantization_row_gives_w4a16_as_modelled_and_as_checkpoints_ship_it
     assert "36.4 GB with every weight quantized (1)" in row.evidence
     assert "about 39.5 GB as checkpoints ship it, embeddings and lm_head in 16 bits (1)" in row.evidence
     assert row.figures["w4a16_checkpoint_gpus"] == row.figures["w4a16_gpus"] == 1
+
+
+def test_the_ring_row_quotes_one_tree_for_its_time_and_its_crossover():
+    """The double binary tree's time and the crossover with the ring come from the same pipelined tree
+    (the row quoted the double tree's 90.2 µs but a single, unpipelined tree's 119.5 MiB)."""
+    ib = get_link(INFINIBAND_NDR)
+    (row,) = [r for r in ROWS if r.module == "06"]
+    assert row.figures["tree_s"] == DOUBLE_BINARY_TREE.time(512, 4096, ib.alpha_s, ib.beta, TREE_CHUNK_BYTES)
+    assert row.figures["crossover_bytes"] == crossover_bytes(DOUBLE_BINARY_TREE, RING, 512, ib.alpha_s, ib.beta,
+                                                             TREE_CHUNK_BYTES)
+    assert "5.11 ms" in row.evidence and "90.2 µs" in row.evidence
+    assert format_bytes(row.figures["crossover_bytes"]) == "250.2 MiB" and "only above 250.2 MiB" in row.evidence
+
+
+def test_the_figures_print_without_e_notation_and_wrap_between_figures():
+    text = review.figures_text(ROWS)
+    assert not re.search(r"\d[eE][+-]?\d", text)  # 9.016e-05 and 1.253e+08 were printed
+    assert "tree_s = 90.16 µs" in text and "crossover_bytes = 262,380,011" in text
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 96 and len(lines) > len(ROWS)
+    for line in lines:  # every line holds whole figures: name = value, ...
+        assert re.fullmatch(r"(\d\d [a-zA-Z ]{22}| {25})( [a-z0-9_]+ = -?[\d,.]+(?: [µnm]?s)?,?)+", line), line
 
 
 def test_a_row_refuses_an_unknown_resource_or_module_and_takes_its_title_from_the_outline():
