@@ -68,3 +68,44 @@ def test_readout_names_the_first_missing_block_and_the_figure_follows_edits():
     assert ax.get_title() and "32 tokens per block" in ax.get_xlabel() and ax.get_ylabel()
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[0].startswith("user 1") and labels[-1] == "your prompt\n4/4 blocks hit"
+
+
+def block_boxes(ax):
+    """The hashed blocks' boxes (the partial tail blocks are hatched)."""
+    return [patch for patch in ax.patches if not patch.get_hatch()]
+
+
+@pytest.mark.parametrize("block_size", [4, 8, 16, 32])
+def test_every_hash_has_its_own_colour_and_its_label_stays_in_its_box(block_size):
+    explorer = HashChainExplorer(REFERENCES, EDITS[1], block_size=block_size)
+    fig = explorer.draw()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    boxes = block_boxes(ax)
+    hashes = [text.get_text() for text in ax.texts]
+    assert len(hashes) == len(boxes)  # at these sizes every block is labelled
+    colours = [box.get_facecolor() for box in boxes]
+    assert len(set(colours)) == len(set(hashes)) and len(set(zip(colours, hashes))) == len(set(hashes))
+    for text, box in zip(ax.texts, boxes):
+        inside, outside = text.get_window_extent(renderer), box.get_window_extent(renderer)
+        assert outside.x0 <= inside.x0 and inside.x1 <= outside.x1 and outside.y0 <= inside.y0 and inside.y1 <= outside.y1
+        assert text.get_fontsize() >= 5
+
+
+def test_blocks_too_narrow_to_label_say_so():
+    explorer = HashChainExplorer(REFERENCES, SYSTEM * 4, block_size=4)
+    ax = explorer.draw().axes[0]
+    assert not ax.texts and "too narrow to label" in ax.get_xlabel()
+    assert len({box.get_facecolor() for box in block_boxes(ax)}) > 100  # still one colour per hash
+
+
+def test_short_prompts_read_in_whole_words():
+    explorer = HashChainExplorer(REFERENCES, "")
+    assert "your prompt is empty: only the BOS token" in explorer.readout.value and "1 tokens" not in explorer.readout.value
+    explorer.prompt.value = "Hi"
+    assert "your prompt is 3 tokens, the BOS token included, less than one block of 16 tokens" in explorer.readout.value
+    explorer.prompt.value = SYSTEM[:16]  # 17 tokens: one full block, one token over
+    assert "of 1 full block hit" in explorer.readout.value and "the last token fills a partial block" in \
+        explorer.readout.value
+    assert explorer.prompt.style.description_width == "initial"  # "your prompt" is never cut short

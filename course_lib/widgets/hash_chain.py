@@ -1,7 +1,11 @@
-"""The prefix cache's hash chain drawn as coloured blocks: equal colours are equal hashes,
-so shared KV is visible at a glance, and so is the point where two prompts part."""
+"""The prefix cache's hash chain drawn as coloured blocks: equal colours are equal hashes and
+different hashes get different colours, so shared KV is visible at a glance, and so is the
+point where two prompts part. Each block is labelled with its hash's first hex digits, at a size
+and angle that keep the label inside its box (or not at all, when boxes are too narrow to read)."""
 
 from __future__ import annotations
+
+import colorsys
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
@@ -39,28 +43,67 @@ def hash_chains(prompts: dict[str, list[int]], block_size: int,
     return chains, cached_prefix_blocks(chains, [len(tokens) for tokens in prompts.values()], block_size)
 
 
+LABEL_DIGITS = 4  # hex digits of a hash shown on its block
+BOX_WIDTH, BOX_HEIGHT = 0.92, 0.8  # a block's box, in block and row units
+SMALLEST_LABEL_PT = 5.0
+
+
+def distinct_colours(count: int) -> list[tuple[float, float, float]]:
+    """``count`` different colours: matplotlib's tab20 while it lasts, then hues a golden-ratio step
+    apart at three lightnesses, so that neighbours in the list stay far apart."""
+    if count <= 20:
+        return [plt.get_cmap("tab20")(i)[:3] for i in range(count)]
+    return [colorsys.hls_to_rgb((i * 0.618033988749895) % 1.0, (0.45, 0.62, 0.78)[i % 3], 0.65) for i in range(count)]
+
+
+def ink_on(colour: tuple[float, float, float]) -> str:
+    """Black or white, whichever reads better on ``colour`` (by its relative luminance)."""
+    red, green, blue = colour
+    return "black" if 0.2126 * red + 0.7152 * green + 0.0722 * blue > 0.4 else "white"
+
+
+def label_style(ax, num_columns: float, num_rows: int) -> dict | None:
+    """Font size and angle that fit a ``LABEL_DIGITS``-digit label inside a block's box, from the
+    axes' size in points (shrunk by a margin, since a later tight layout can shrink the axes a
+    little); None when no legible size fits."""
+    extent = ax.get_window_extent()
+    to_points = 72 / ax.figure.dpi
+    box_width = 0.85 * extent.width * to_points / num_columns * BOX_WIDTH
+    box_height = 0.85 * extent.height * to_points / num_rows * BOX_HEIGHT
+    text_length, line_height = 0.68 * LABEL_DIGITS, 1.3  # DejaVu Sans hex digits, per point of font size
+    across = min(9.0, 0.9 * box_width / text_length, 0.9 * box_height / line_height)
+    upright = min(9.0, 0.9 * box_height / text_length, 0.9 * box_width / line_height)
+    if max(across, upright) < SMALLEST_LABEL_PT:
+        return None
+    return {"fontsize": across, "rotation": 0} if across >= min(upright, 8.0) else {"fontsize": upright, "rotation": 90}
+
+
 def draw_hash_chains(ax, prompts: dict[str, list[int]], block_size: int,
                      cache_salts: dict[str, str | None] | None = None) -> list[int]:
-    """One row per prompt (served in the given order), one box per block, labelled with the
-    first hex digits of its hash. Returns each row's number of hit blocks."""
+    """One row per prompt (served in the given order), one box per block, coloured by its hash (one
+    colour per distinct hash) and labelled with the hash's first hex digits when they fit. Returns
+    each row's number of hit blocks."""
     chains, hits = hash_chains(prompts, block_size, cache_salts)
-    palette = plt.get_cmap("tab20")
-    colour_of: dict[bytes, tuple] = {}
+    distinct = list(dict.fromkeys(block_hash for chain in chains for block_hash in chain))
+    colour_of = dict(zip(distinct, distinct_colours(len(distinct))))
+    width = max(len(tokens) for tokens in prompts.values()) / block_size + 1
+    style = label_style(ax, width + 0.1, len(prompts))
     labels = []
     for row, ((name, tokens), chain, hit) in enumerate(zip(prompts.items(), chains, hits)):
         y = len(prompts) - 1 - row
         for index, block_hash in enumerate(chain):
-            colour = colour_of.setdefault(block_hash, palette(len(colour_of) % 20))
-            ax.add_patch(Rectangle((index, y + 0.1), 0.92, 0.8, facecolor=colour,
+            ax.add_patch(Rectangle((index, y + 0.1), BOX_WIDTH, BOX_HEIGHT, facecolor=colour_of[block_hash],
                                    edgecolor="black", lw=2.5 if index < hit else 0.5))
-            ax.text(index + 0.46, y + 0.5, block_hash.hex()[:4], ha="center", va="center", fontsize=9)
+            if style:
+                ax.text(index + BOX_WIDTH / 2, y + 0.5, block_hash.hex()[:LABEL_DIGITS], ha="center", va="center",
+                        color=ink_on(colour_of[block_hash]), **style)
         if len(tokens) % block_size:  # the partial tail block: never hashed, never cached
-            ax.add_patch(Rectangle((len(chain), y + 0.1), 0.92 * (len(tokens) % block_size) / block_size, 0.8,
+            ax.add_patch(Rectangle((len(chain), y + 0.1), BOX_WIDTH * (len(tokens) % block_size) / block_size, BOX_HEIGHT,
                                    facecolor="white", edgecolor="grey", hatch="//", lw=0.5))
         labels.append(f"{name}\n{hit}/{len(chain)} blocks hit" if row else f"{name}\n(fills the cache)")
-    width = max(len(tokens) for tokens in prompts.values()) / block_size + 1
     ax.set_yticks([len(prompts) - 0.5 - row for row in range(len(prompts))], labels, fontsize=9)
     ax.tick_params(axis="y", length=0)
     ax.set(xlim=(-0.1, width), ylim=(0, len(prompts)), ylabel="request (served top to bottom)",
-           xlabel=f"block index ({block_size} tokens per block; thick edge: prefix-cache hit; hatched: partial block)")
+           xlabel=f"block index ({block_size} tokens per block; thick edge: prefix-cache hit; hatched: partial block"
+                  f"{'' if style else '; blocks too narrow to label'})")
     return hits

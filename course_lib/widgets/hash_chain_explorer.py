@@ -33,12 +33,19 @@ def describe_hits(tokens: list[int], hit_blocks: int, block_size: int, next_is_c
     """The "k of n full blocks hit (m tokens)" line and where the hits stop, as HTML.
     ``next_is_cached``: the block after the hits is in the cache (so only the last-token rule stops it)."""
     full = len(tokens) // block_size
-    text = f"<b>{hit_blocks} of {full} full blocks hit ({hit_blocks * block_size} of {len(tokens)} prompt tokens)</b>"
+    if full == 0:
+        what = "empty: only the BOS token" if len(tokens) == 1 else f"{len(tokens)} tokens, the BOS token included"
+        return (f"<b>No full block, so nothing to hit</b>: your prompt is {what}, less than one block of {block_size} "
+                "tokens; a partial block is never cached.")
+    text = (f"<b>{hit_blocks} of {full} full block{'s' if full > 1 else ''} hit "
+            f"({hit_blocks * block_size} of {len(tokens)} prompt tokens)</b>")
     if hit_blocks < full:
         missed = html.escape(block_text(tokens, hit_blocks, block_size))
         why = " (it is cached, but it holds your last prompt token, which is always computed)" if next_is_cached else ""
         return f"{text}; first miss: block {hit_blocks}, <code>{missed}</code>{why}."
-    return f"{text}; the last {len(tokens) - full * block_size} tokens fill a partial block, which is never cached."
+    tail = len(tokens) - full * block_size
+    tail_text = "the last token fills" if tail == 1 else f"the last {tail} tokens fill"
+    return f"{text}; {tail_text} a partial block, which is never cached."
 
 
 def salt_note(salt: str | None, reference_salt: str | None) -> str:
@@ -59,7 +66,8 @@ class HashChainExplorer(w.VBox):
     def __init__(self, references: dict[str, str], prompt: str, block_size: int = 16, cache_salt: str = "",
                  reference_salt: str | None = None) -> None:
         self.references, self.reference_salt = references, reference_salt
-        self.prompt = w.Textarea(prompt, description="your prompt", rows=3, layout=w.Layout(width="95%"))
+        self.prompt = w.Textarea(prompt, description="your prompt", rows=3, layout=w.Layout(width="95%"),
+                                 style={"description_width": "initial"})
         self.block_size = w.SelectionSlider(options=BLOCK_SIZES, value=block_size, description="block_size",
                                             continuous_update=False)
         self.cache_salt = w.Text(cache_salt, description="cache_salt", placeholder="empty: no salt")
