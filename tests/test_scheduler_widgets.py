@@ -12,9 +12,12 @@ from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
 from course_lib.perf.workloads import document_among_chats, poisson
 from course_lib.widgets.budget_explorer import (
+    WORST_GAP,
     TokenBudgetExplorer,
+    document_prefill,
     latency_summary,
     plot_budget_sweep,
+    plot_step_times,
     simulate_budget,
 )
 from course_lib.widgets.hash_chain import draw_hash_chains, prefix_hits
@@ -63,6 +66,7 @@ def test_stepper_moves_between_steps(snapshots):
 
 SCENARIO = dict(num_chat_users=8, document_tokens=8000, document_at=0.2, follow_up_rate_per_s=2, duration_s=1.0,
                 chat_output_len=150)
+SCENARIO_DOCUMENT_OUTPUT = 200  # document_among_chats's summary length
 
 
 def test_budget_explorer_updates_and_remembers_runs():
@@ -82,12 +86,12 @@ def test_budget_sweep_shows_the_itl_ttft_trade():
     workload = document_among_chats(**SCENARIO)
     model, gpu = get_model("Llama-3.1-8B"), get_gpu("H100-80GB")
     summaries = {b: latency_summary(simulate_budget(model, gpu, workload, b)) for b in (512, 8192)}
-    assert summaries[512]["chat worst gap"] < summaries[8192]["chat worst gap"] / 4
+    assert summaries[512][WORST_GAP] < summaries[8192][WORST_GAP] / 4
     assert summaries[512]["document TTFT"] > summaries[8192]["document TTFT"]
     fig = plot_budget_sweep(summaries, slo_ms=50)
     traces = {trace.name: trace for trace in fig.data}
-    assert list(traces) == ["chat ITL P99", "chat worst gap", "target 50 ms", "document TTFT"]
-    for key in ("chat ITL P99", "chat worst gap"):  # the simulated values, in ms, at each budget
+    assert list(traces) == ["chat ITL P99", WORST_GAP, "target 50 ms", "document TTFT"]
+    for key in ("chat ITL P99", WORST_GAP):  # the simulated values, in ms, at each budget
         assert list(traces[key].x) == [512, 8192] and list(traces[key].y) == [summaries[b][key] for b in (512, 8192)]
         assert "ms" in traces[key].hovertemplate and "budget" in traces[key].hovertemplate
     assert list(traces["document TTFT"].y) == [summaries[b]["document TTFT"] / 1000 for b in (512, 8192)]
@@ -99,6 +103,39 @@ def test_budget_sweep_shows_the_itl_ttft_trade():
     assert "(ms" in fig.layout.yaxis.title.text and "(s)" in fig.layout.yaxis2.title.text
     assert [a.text for a in fig.layout.annotations] == ["Chat users while a 16k-token document arrives",
                                                        "What the document pays for smaller steps"]
+
+
+@pytest.mark.parametrize("budget, cap", [(8192, 1024), (8192, 0), (512, 0)])
+def test_worst_chat_gap_is_the_stall_the_documents_chunks_cause(budget, cap):
+    """The worst gap counts only gaps that end while the document is prefilled: with every chat user in
+    every step, it is the longest step that reads a chunk of the document's prompt, whatever the
+    chats' own start-up prefill cost before the document arrived."""
+    report = simulate_budget(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), document_among_chats(**SCENARIO),
+                             budget, cap)
+    document, arrival, first_token = document_prefill(report)
+    chunks = [s for s in report.steps if document in s.scheduled and s.time_s <= first_token]
+    assert sum(s.scheduled[document] for s in chunks) == SCENARIO["document_tokens"]
+    assert all(arrival < s.time_s for s in chunks)
+    gap_ms = latency_summary(report)[WORST_GAP]
+    assert gap_ms == pytest.approx(1000 * max(s.duration_s for s in chunks))
+    start_up = max(s.duration_s for s in report.steps if s.time_s <= arrival)  # the chats' own prompts
+    if cap:  # capped chunks are shorter than the chats' start-up step, which is not the document's doing
+        assert gap_ms < 1000 * start_up / 2
+
+
+def test_step_times_mark_the_documents_prompt_chunks_apart_from_its_decode():
+    report = simulate_budget(get_model("Llama-3.1-8B"), get_gpu("H100-80GB"), document_among_chats(**SCENARIO),
+                             8192, 1024)
+    document, _, first_token = document_prefill(report)
+    fig, ax = matplotlib.pyplot.subplots()
+    plot_step_times(ax, report, "budget 8192")
+    chunks, decodes, others = (collection.get_offsets() for collection in ax.collections)
+    assert [label.get_text() for label in ax.get_legend().get_texts()] == [
+        "steps with a chunk of the document's prompt", "steps with the document decoding", "steps with no document"]
+    assert list(chunks[:, 0]) == [s.time_s for s in report.steps if document in s.scheduled and s.time_s <= first_token]
+    assert len(chunks) == 8 and len(decodes) == SCENARIO_DOCUMENT_OUTPUT - 1  # 8,000 tokens in chunks of 1,024
+    assert len(chunks) + len(decodes) + len(others) == len(report.steps)
+    assert ax.get_xlabel() == "simulated time (s)" and ax.get_ylabel() == "step duration (ms)"
 
 
 def test_preemption_timeline_draws_what_the_simulation_reported():

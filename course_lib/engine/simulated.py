@@ -63,6 +63,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+@dataclass(frozen=True)
+class RequestTimes:
+    """When one finished request arrived and when each of its output tokens came out (simulated clock, s)."""
+
+    tag: str
+    arrival_s: float
+    token_times_s: tuple[float, ...]
+
+
 @dataclass
 class SimulationReport:
     """Per-request timings (by tag) and per-step records of one simulated run.
@@ -77,6 +86,7 @@ class SimulationReport:
     ttft: dict[str, list[float]] = field(default_factory=dict)  # tag -> TTFT of each request (s)
     itl: dict[str, list[float]] = field(default_factory=dict)  # tag -> every inter-token gap (s)
     itl_per_request: list[list[float]] = field(default_factory=list)  # each finished request's gaps (s)
+    requests: dict[str, RequestTimes] = field(default_factory=dict)  # request id -> its times, when finished
     output_tokens: int = 0
     preemptions: int = 0
     max_preemptions_per_request: int = 0  # the most times one request was preempted
@@ -211,6 +221,7 @@ class SimulatedEngine:
             gaps = [b - a for a, b in zip(request.token_times, request.token_times[1:])]
             report.itl.setdefault(tag, []).extend(gaps)
             report.itl_per_request.append(gaps)
+            report.requests[request.request_id] = RequestTimes(tag, request.arrival_time, tuple(request.token_times))
             if report.spec_decode_stats is not None:
                 report.spec_decode_stats.merge(request.spec_stats)
         return report
