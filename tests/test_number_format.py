@@ -48,3 +48,11 @@ def test_log_ticks_carry_units_and_bracket_the_data():
     assert sizes["tickvals"][-1] >= 4 * 2**30
     with pytest.raises(ValueError, match="0 < low <= high"):
         time_ticks(0, 1)
+
+
+def test_plural_says_one_thing_and_many_things():
+    from course_lib.perf.units import plural
+
+    assert plural(1, "token") == "1 token" and plural(2048, "token") == "2,048 tokens"
+    assert plural(1, "request/s") == "1 request/s" and plural(14.37, "request/s") == "14.4 requests/s"
+    assert plural(0, "pitfall") == "0 pitfalls" and plural(2, "query", "queries") == "2 queries"

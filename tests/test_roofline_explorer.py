@@ -51,15 +51,62 @@ def test_changing_a_preset_redraws():
     assert "8,192 tokens" in explorer.figure.figure.layout.title.text and "L4-24GB" in explorer.figure.figure.layout.title.text
 
 
-def test_your_steps_are_stars_and_the_sliders_move_them():
+def test_your_steps_are_stars_told_apart_by_colour_and_name_and_the_sliders_move_them():
     explorer = RooflineExplorer(prompt_len=16, batch_size=1)
     assert "Your prefill of 16 tokens: " in explorer.readout.value and "memory-bound" in explorer.readout.value
-    stars = explorer.figure.data[-1]
-    assert stars.name == "your steps" and stars.marker.symbol == "star" and len(stars.x) == 2
+    prefill, decode = explorer.figure.data[-2:]
+    assert (prefill.name, decode.name) == ("your prefill", "your decode")
+    assert prefill.marker.symbol == decode.marker.symbol == "star"
+    assert prefill.marker.color != decode.marker.color  # told apart without hovering
+    assert prefill.marker.color == explorer.figure.data[2].marker.color  # each in its phase's colour
+    assert decode.marker.color == explorer.figure.data[3].marker.color
+    assert prefill.text == ("your prefill",) and decode.text == ("your decode",)  # named on the plot
     explorer.prompt.value = 8192
     assert "Your prefill of 8,192 tokens" in explorer.readout.value
-    assert explorer.figure.data[-1].x[0] > stars.x[0]  # a longer prompt: more FLOPs per weight byte
-    assert [trace.name for trace in explorer.figure.data][2:] == ["prefill", "decode", "your steps"]
+    assert explorer.figure.data[-2].x[0] > prefill.x[0]  # a longer prompt: more FLOPs per weight byte
+    assert [trace.name for trace in explorer.figure.data][2:] == ["prefill", "decode", "your prefill", "your decode"]
+
+
+def test_one_token_is_singular():
+    explorer = RooflineExplorer(prompt_len=1)
+    assert "Your prefill of 1 token:" in explorer.readout.value and "1 tokens" not in explorer.readout.value
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+@pytest.mark.parametrize("model", ["Llama-3.1-8B", "Mixtral-8x7B"])
+def test_every_tick_is_labelled_in_one_style(gpu, model):
+    """Ticks only where labelled, all in one style: plain FLOP/byte on x, SI FLOP/s on y (no '10¹⁵'
+    beside '100T'), at powers of ten, or 1-2-5 where the axis spans under two decades."""
+    fig = RooflineExplorer(gpu=gpu, model=model).figure.figure
+    for axis, pattern in (("x", r"^[\d,.]+$"), ("y", r"^[\d.]+[kMGTP]?$")):
+        layout = fig.layout[f"{axis}axis"]
+        assert layout.tickmode == "array" and len(layout.tickvals) >= 3
+        assert all(re.match(pattern, text) for text in layout.ticktext), layout.ticktext
+    assert fig.layout.yaxis.ticktext[-1].endswith(("T", "P"))
+
+
+def test_a_model_whose_weights_do_not_fit_one_gpu_says_so_with_the_gpus_it_needs():
+    """Mixtral-8x7B (46.7 B parameters, 93.4 GB in bf16) and Llama-3.1-70B (141 GB) do not fit one
+    80 GiB H100 (85.9 GB): both take 2; the 8B fits, and its batch of 1,024 at 32,768 tokens does not."""
+    for model, gpus in (("Mixtral-8x7B", 2), ("Llama-3.1-70B", 2)):
+        explorer = RooflineExplorer(model=model, gpu="H100-80GB")
+        text = explorer.readout.value
+        assert "Does not fit:" in text and f"serving it takes at least {gpus} of them" in text
+        assert "85.9 GB" in text and "Does not fit one GPU" in explorer.figure.figure.layout.title.text
+    assert "Does not fit" not in RooflineExplorer(model="Mixtral-8x7B", gpu="H200-141GB").readout.value
+    fits = RooflineExplorer(model="Llama-3.1-8B", gpu="H100-80GB")
+    assert "Does not fit" not in fits.readout.value and "fit" not in fits.figure.figure.layout.title.text
+    fits.batch.value, fits.context.value = 1024, 32768
+    assert "Your decode batch does not fit on one H100-80GB" in fits.readout.value
+    assert "4.4 TB" in fits.readout.value  # 1,024 x 32,768 tokens x 128 KiB per token = 4.4e12 bytes
+
+
+def test_slider_labels_have_room():
+    explorer = RooflineExplorer()
+    for control in (explorer.context, explorer.prompt, explorer.batch):
+        width_em = float(control.style.description_width.removesuffix("em"))
+        assert len(control.description) * 0.6 <= width_em, control.description
+        assert control.readout_format == ",d"  # 32,768, as the text writes it
 
 
 @pytest.mark.parametrize("gpu", list(GPUS))

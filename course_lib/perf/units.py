@@ -58,3 +58,16 @@ def format_duration(seconds: float, digits: int = 3) -> str:
             return f"{format_number(seconds / scale, digits)} {unit}"
     return f"{format_number(seconds * 1e9, digits)} ns"
 
+
+def plural(count: float, noun: str, plural_noun: str | None = None) -> str:
+    """``count`` (thousands separated, as ``format_number`` writes it) and ``noun``, plural unless
+    the count is exactly 1: (1, 'token') -> '1 token', (2048, 'token') -> '2,048 tokens',
+    (1, 'request/s') -> '1 request/s'; ``plural_noun`` where adding 's' is wrong."""
+    word = noun if count == 1 else (plural_noun or _plural_of(noun))
+    return f"{format_number(count) if count != int(count) else f'{int(count):,}'} {word}"
+
+
+def _plural_of(noun: str) -> str:
+    """'token' -> 'tokens'; a rate's first word takes the 's': 'request/s' -> 'requests/s'."""
+    head, slash, tail = noun.partition("/")
+    return f"{head}s{slash}{tail}"

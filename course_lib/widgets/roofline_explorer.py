@@ -7,20 +7,29 @@ and of peak bandwidth, plus a fixed cost per step), so the figure draws the peak
 reachable ones, with both ridges, and the readout writes out each chosen step's arithmetic.
 The figure is log-log, one point per step, with the step's numbers on hover: prefill steps of
 several prompt lengths climb to the compute roof, decode steps of several batch sizes sit on
-the bandwidth slope until the batch is large. Every x is in data units (FLOP/byte).
+the bandwidth slope until the batch is large. Every x is in data units (FLOP/byte). The step
+times are one GPU's roofs; where the model's weights (or the weights and the chosen decode
+batch's KV cache) do not fit in that GPU's memory, the readout and the title say so and name the
+fewest GPUs that hold them.
 """
 
 from __future__ import annotations
+
+import math
 
 import ipywidgets as w
 import plotly.graph_objects as go
 
 from course_lib.perf.hardware import GPU, GPUS, get_gpu
+from course_lib.perf.kv import kv_bytes_per_batch
 from course_lib.perf.models import MODELS, ModelSpec, get_model
+from course_lib.perf.quant_cost import (SERVING_MEMORY_UTILIZATION, min_gpus_for_batch, min_gpus_for_weights,
+                                        weight_memory)
 from course_lib.perf.roofline import (Efficiency, StepCost, StepPoint, peak_flops, reachable_ridge_point,
                                       ridge_point, step_cost)
-from course_lib.perf.units import format_number, format_si
+from course_lib.perf.units import format_number, format_si, plural
 from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.log_number_ticks import label_log_axis, si_tick
 from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
 
@@ -74,22 +83,70 @@ def roofline_figure(gpu: GPU, points: list[StepPoint], title: str | None = None,
         mark_x(fig, ridge, f"ridge {format_number(ridge)} (peaks)", line_color="black")
         mark_x(fig, roofs[1][3], f"{format_number(roofs[1][3])} (reachable)", left=True)
     fig.update_yaxes(type="log", title="achieved FLOP/s")
+    label_log_axis(fig, "x")
+    label_log_axis(fig, "y", si_tick)
     fig.update_layout(title=title or f"Roofline of {gpu.name}", height=430, margin=dict(t=60))
     return fig
 
 
-def gpu_roofline(model: ModelSpec, gpu: GPU, context_len: int = 1024, chosen: list[StepPoint] = ()) -> go.Figure:
+CHOSEN_COLOURS = {"your prefill": "#d62728", "your decode": "#1f77b4"}
+"""Each chosen step's colour: its phase's."""
+
+
+def _name_position(phase: str, x: float, xs: list[float]) -> str:
+    """Where a chosen star's name goes: the prefill's below it, the decode's above it (off the
+    roofs, which rise to the right), each on the side that keeps it inside the plot."""
+    low, high = math.log10(min(xs)), math.log10(max(xs))
+    share = (math.log10(x) - low) / (high - low) if high > low else 0.5
+    side = "right" if share < 0.25 else "left" if share > 0.75 else ("right" if phase == "your prefill" else "left")
+    return f"{'bottom' if phase == 'your prefill' else 'top'} {side}"
+
+
+def gpu_roofline(model: ModelSpec, gpu: GPU, context_len: int = 1024, chosen: list[StepPoint] = (),
+                 note: str = "") -> go.Figure:
     """The roofline of a GPU preset with ``model``'s prefill and decode steps on it, and the
-    ``chosen`` steps as stars, all costed at the default ``Efficiency``."""
-    fig = roofline_figure(gpu, step_points(model, gpu, context_len=context_len) + list(chosen),
-                          title=f"{model.name} on {gpu.name} (bf16): prefill and decode steps on the roofline "
-                                f"({context_len:,} tokens of decode context)", efficiency=Efficiency())
-    if chosen:
-        fig.add_scatter(x=[p.cost.arithmetic_intensity for p in chosen], y=[p.achieved_flops for p in chosen],
-                        mode="markers", name="your steps", marker=dict(size=16, symbol="star", color="#2ca02c"),
-                        text=[f"{p.label}<br>{format_number(p.time_s * 1e3)} ms, {p.cost.bound}-bound" for p in chosen],
-                        hovertemplate="%{text}<br>%{x:,.3~r} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
+    ``chosen`` steps (phases 'your prefill' and 'your decode') as stars in their phase's colour,
+    each named beside it, all costed at the default ``Efficiency``; ``note``, if any, is a second
+    line of the title, in red."""
+    title = (f"{model.name} on {gpu.name} (bf16): prefill and decode steps on the roofline "
+             f"({context_len:,} tokens of decode context)")
+    if note:
+        title += f"<br><span style='font-size:13px;color:#cf222e'>{note}</span>"
+    fig = roofline_figure(gpu, step_points(model, gpu, context_len=context_len) + list(chosen), title=title,
+                          efficiency=Efficiency())
+    xs = [x for trace in fig.data for x in trace.x]
+    for p in chosen:
+        x, colour = p.cost.arithmetic_intensity, CHOSEN_COLOURS[p.phase]
+        fig.add_scatter(x=[x], y=[p.achieved_flops], mode="markers+text", name=p.phase,
+                        marker=dict(size=18, symbol="star", color=colour, line=dict(width=1.5, color="black")),
+                        text=[p.phase], textposition=_name_position(p.phase, x, xs), textfont=dict(color=colour),
+                        customdata=[f"{p.label}<br>{format_number(p.time_s * 1e3)} ms, {p.cost.bound}-bound"],
+                        hovertemplate="%{customdata}<br>%{x:,.3~r} FLOP/byte, %{y:.3s}FLOP/s<extra></extra>")
+    if note:
+        fig.update_layout(margin=dict(t=80))
     return fig
+
+
+def memory_note(model: ModelSpec, gpu: GPU, batch: int, context_len: int) -> str:
+    """'' when the weights and ``batch`` sequences' KV cache of ``context_len`` tokens fit one
+    ``gpu`` (at vLLM's default 90% of its memory); otherwise what does not fit, with the sizes and
+    the fewest GPUs that hold it (plain text)."""
+    weights, memory = weight_memory(model, "BF16"), gpu.memory_bytes
+    usable = memory * SERVING_MEMORY_UTILIZATION
+    if min_gpus_for_weights(model, "BF16", gpu) > 1:
+        return (f"{model.name}'s weights alone are {format_si(weights, 'B')} in bf16, more than one {gpu.name} "
+                f"holds ({format_si(memory, 'B')}): serving it takes at least {min_gpus_for_weights(model, 'BF16', gpu)} "
+                f"of them (tensor parallelism splits the weights). The times here are one GPU's roofs, as if the "
+                f"weights fitted.")
+    gpus = min_gpus_for_batch(model, "BF16", gpu, batch, context_len)
+    if gpus > 1:
+        kv = kv_bytes_per_batch(model, context_len, batch, "bf16")
+        return (f"Your decode batch does not fit on one {gpu.name}: its KV cache ({batch:,} sequences of "
+                f"{context_len:,} tokens) is {format_si(kv, 'B')}, and with the {format_si(weights, 'B')} of weights "
+                f"that is more than {SERVING_MEMORY_UTILIZATION:.0%} of its {format_si(memory, 'B')} "
+                f"({format_si(usable, 'B')}); it takes at least {gpus} GPUs. Its time here is one GPU's roofs, as if "
+                f"it fitted.")
+    return ""
 
 
 def efficiency_statement(gpu: GPU, efficiency: Efficiency = Efficiency(), dtype: str = "bf16") -> str:
@@ -132,7 +189,8 @@ class RooflineExplorer(w.VBox):
 
     def __init__(self, model: str = "Llama-3.1-8B", gpu: str = "H100-80GB", context_len: int = 1024,
                  prompt_len: int = 2048, batch_size: int = 32) -> None:
-        wide = dict(continuous_update=False, style={"description_width": "12em"}, layout=w.Layout(width="480px"))
+        wide = dict(continuous_update=False, style={"description_width": "14em"}, layout=w.Layout(width="520px"),
+                    readout_format=",d")
         self.gpu = w.Dropdown(options=list(GPUS), value=get_gpu(gpu).name, description="GPU")
         self.model = w.Dropdown(options=list(MODELS), value=get_model(model).name, description="model")
         self.context = w.IntSlider(context_len, 128, 32768, 128, description="decode context (tokens)", **wide)
@@ -148,13 +206,17 @@ class RooflineExplorer(w.VBox):
     @one_at_a_time
     def _update(self, change=None) -> None:
         model, gpu, context = get_model(self.model.value), get_gpu(self.gpu.value), self.context.value
-        prefill = StepPoint("chosen", f"your prefill of {self.prompt.value:,} tokens",
+        prefill = StepPoint("your prefill", f"your prefill of {plural(self.prompt.value, 'token')}",
                             step_cost(model, gpu, [(0, self.prompt.value)]))
-        decode = StepPoint("chosen", f"your decode, batch {self.batch.value:,} at {context:,} tokens of context",
+        decode = StepPoint("your decode", f"your decode, batch {self.batch.value:,} at "
+                                          f"{plural(context, 'token')} of context",
                            step_cost(model, gpu, [(context, 1)] * self.batch.value))
         steps = "".join(f"<li>{p.label.capitalize()}: {bound_verdict(p.cost, gpu)}. Time = "
                         f"{step_time_working(p.cost, gpu)}.</li>" for p in (prefill, decode))
+        note = memory_note(model, gpu, self.batch.value, context)
         self.readout.value = (
             f"<b>{model.name} on {gpu.name}</b>: ridge point of the peaks <b>{format_number(ridge_point(gpu))} "
-            f"FLOP/byte</b>. {efficiency_statement(gpu)} A step at or above that ridge is compute-bound.<ul>{steps}</ul>")
-        self.figure.show(gpu_roofline(model, gpu, context, [prefill, decode]))
+            f"FLOP/byte</b>. {efficiency_statement(gpu)} A step at or above that ridge is compute-bound."
+            + (f"<br><b style='color:#cf222e'>Does not fit:</b> {note}" if note else "") + f"<ul>{steps}</ul>")
+        self.figure.show(gpu_roofline(model, gpu, context, [prefill, decode],
+                                      "Does not fit one GPU: the readout says how many it takes" if note else ""))
