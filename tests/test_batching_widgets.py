@@ -10,6 +10,7 @@ from course_lib.engine.sampling_params import SamplingParams
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
 from course_lib.widgets.batching_explorer import (
+    SPREADS,
     BatchingExplorer,
     coefficient_of_variation,
     output_lengths,
@@ -88,6 +89,27 @@ def test_explorer_kept_figure_draws_what_a_new_figure_would():
     explorer = BatchingExplorer()
     explorer.num_slots.value, explorer.mean_output.value = 32, 128  # longer runs: other ticks and margins
     assert explorer.figure.value == BatchingExplorer(num_slots=32, mean_output=128).figure.value
-    explorer.num_requests.value, explorer.spread.value = 16, 3.0
+    explorer.num_requests.value, explorer.spread.value = 16, 2.0
     assert explorer.figure.value == BatchingExplorer(num_slots=32, num_requests=16, mean_output=128,
-                                                     spread=3.0).figure.value
+                                                     spread=2.0).figure.value
+
+
+def test_explorer_spreads_stop_where_the_sweep_does_and_say_when_rounding_moves_them():
+    explorer = BatchingExplorer(num_slots=1, num_requests=48, mean_output=8, spread=2.0)
+    assert explorer.spread.max == max(SPREADS) == 2.0
+    assert "measured spread 1.93: rounding the lengths to whole tokens, at least 1 each, moves it from 2.00" in \
+        explorer.readout.value
+    assert explorer.plot._suptitle.get_text().startswith("48 requests on 1 slot, ")
+    explorer.num_slots.value, explorer.mean_output.value, explorer.spread.value = 8, 64, 1.0
+    assert "measured spread 1.00;" in explorer.readout.value and "moves it" not in explorer.readout.value
+    assert explorer.plot._suptitle.get_text().startswith("48 requests on 8 slots, ")
+
+
+def test_explorer_table_cells_are_spaced_and_timelines_share_one_step_scale():
+    explorer = BatchingExplorer(num_slots=8, num_requests=64, mean_output=64, spread=1.0)
+    headers = re.findall(r"<th([^>]*)>([^<]*)</th>", explorer.readout.value)
+    assert [name for _, name in headers] == ["policy", "steps", "idle slot-steps", "output tokens/s"]
+    assert all("padding" in style for style, _ in headers)
+    static, continuous = explorer.plot.axes
+    longest = max(len(report.steps) for report in explorer.reports.values())
+    assert static.get_xlim() == continuous.get_xlim() == (-0.5, longest - 0.5)

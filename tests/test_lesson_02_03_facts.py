@@ -81,3 +81,47 @@ def test_lesson_03_times_the_zero_hit_cost_robustly():
     assert pairs >= 10 and "perf_counter" not in code
     text = cell_with("03_scheduler", "**Cost at a 0% hit rate.**", "markdown")
     assert "half of them fall in" in text and "within a few percent of noise either way" not in text
+
+
+def test_lesson_02_says_what_its_timelines_show():
+    """Section 1's prose: static batching idles about half its slot-steps; continuous batching idles only
+    once the queue has run dry (every idle slot-step comes after the last request was admitted)."""
+    namespace = run_cell("02_batching", "traces[policy] = llm.step_trace")
+    run_cell("02_batching", "idle = plot_slot_timelines(", namespace)
+    from course_lib.widgets.timeline import slot_occupancy
+
+    idle, traces = namespace["idle"], namespace["traces"]
+    text = cell_with("02_batching", "Both timelines share one step scale.", "markdown")
+    assert "about half of its slot-steps idle" in text and 0.4 <= idle["static"] <= 0.6
+    assert "most of its steps" not in text
+    steps = [record.scheduled for record in traces["continuous"]]
+    last_admission = max(min(i for i, s in enumerate(steps) if rid in s) for rid in {r for s in steps for r in s})
+    grid = slot_occupancy(steps, 4)
+    assert 0 < idle["continuous"] < idle["static"]
+    assert all(None not in row for row in grid[:last_admission + 1])  # idle only in the tail
+
+
+def readme_benchmark() -> dict[str, str]:
+    readme = " ".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    found = re.search(r"engine ([\d,]+) tok/s; engine with static batching ([\d,]+) \(([\d.]+)x\); transformers "
+                      r"continuous batching ([\d,]+) \(([\d.]+)x\); transformers `generate` ([\d,]+) \(([\d.]+)x\)",
+                      readme)
+    assert found, "README's benchmark section no longer lists the four systems' tokens per second"
+    names = ("engine", "static", "static ratio", "hf continuous", "hf continuous ratio", "generate", "generate ratio")
+    command = re.search(r"\.venv/bin/python -m course_lib\.engine\.benchmark --requests 128 --repeats 3", readme)
+    return dict(zip(names, found.groups())) | {"command": command.group(0) if command else ""}
+
+
+def test_lesson_02_quotes_the_readmes_benchmark_run():
+    figures = readme_benchmark()
+    assert figures["command"], "README's benchmark section no longer gives the command of its quoted run"
+    text = cell_with("02_batching", "## 3 · Against a real baseline", "markdown")
+    assert figures["command"] in text
+    assert (f"**{figures['engine']}, {figures['static']}, {figures['hf continuous']} and {figures['generate']} "
+            "output tokens/s**") in text
+    assert (f"{figures['static ratio']}x the engine's own static mode, {figures['hf continuous ratio']}x `transformers`' "
+            f"continuous batching and {figures['generate ratio']}x its `generate`") in text
+    engine = float(figures["engine"].replace(",", ""))
+    for system in ("static", "hf continuous", "generate"):  # the ratios are the figures' own
+        assert engine / float(figures[system].replace(",", "")) == pytest.approx(float(figures[f"{system} ratio"]),
+                                                                                 abs=0.006)

@@ -246,3 +246,14 @@ def test_slot_timeline_reuses_freed_slots_and_counts_idle_ones():
     assert ax.get_title() == "demo: 4 steps, 12% of slot-steps idle"
     with pytest.raises(ValueError, match="max_num_seqs"):
         slot_occupancy(steps, 1)
+
+
+def test_slot_timelines_share_one_step_scale_and_print_thousands():
+    from course_lib.widgets.timeline import plot_slot_timelines
+
+    long, short = [{"a": 1}] * 1500, [{"a": 1}] * 300
+    fig, axes = matplotlib.pyplot.subplots(2, 1)
+    idle = plot_slot_timelines(axes, {"static": long, "continuous": short}, 2, ", demo")
+    assert idle == {"static": pytest.approx(0.5), "continuous": pytest.approx(0.5)}
+    assert axes[0].get_xlim() == axes[1].get_xlim() == (-0.5, 1499.5)
+    assert axes[0].get_title() == "static batching, demo: 1,500 steps, 50% of slot-steps idle"

@@ -25,7 +25,7 @@ from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.workloads import WorkloadRequest
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time, tight_layout_afresh
-from course_lib.widgets.timeline import plot_slot_timeline
+from course_lib.widgets.timeline import plot_slot_timelines
 
 POLICIES = ("static", "continuous")
 PROMPT_LEN = 16  # tokens per prompt: short, so decode dominates as in the lesson
@@ -66,6 +66,15 @@ def coefficient_of_variation(values: list[float]) -> float:
     """Standard deviation / mean of ``values`` (population form), what the readout calls spread."""
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) / mean
+
+
+def spread_note(lengths: list[int], spread: float) -> str:
+    """The spread the rounded lengths really have, and why when it is not the one asked for."""
+    measured = f"{coefficient_of_variation(lengths):.2f}"
+    if measured == f"{spread:.2f}":
+        return f"measured spread {measured}"
+    return (f"measured spread {measured}: rounding the lengths to whole tokens, at least 1 each, "
+            f"moves it from {spread:.2f}")
 
 
 def spread_workload(lengths: list[int], seed: int = 0) -> list[WorkloadRequest]:
@@ -139,7 +148,8 @@ class BatchingExplorer(w.VBox):
         self.num_slots = w.IntSlider(num_slots, 1, 32, description="slots (max_num_seqs)", **options)
         self.num_requests = w.IntSlider(num_requests, 16, 128, 8, description="requests", **options)
         self.mean_output = w.IntSlider(mean_output, 8, 128, 8, description="mean output (tokens)", **options)
-        self.spread = w.FloatSlider(spread, min=0, max=3, step=0.25, description="spread (std / mean)", **options)
+        self.spread = w.FloatSlider(spread, min=0, max=SPREADS[-1], step=0.25, description="spread (std / mean)",
+                                    **options)
         self.readout, self.figure = w.HTML(), FigurePane()
         self.plot = new_figure(10, 5)
         self.plot.subplots(2, 1, sharex=True)
@@ -153,12 +163,12 @@ class BatchingExplorer(w.VBox):
         (policy -> share of slot-steps idle)."""
         slots, lengths, fig, axes = self.num_slots.value, self.lengths, self.plot, self.plot.axes
         for ax in axes:
-            for image in ax.images:
-                image.remove()
-        self.idle = {policy: plot_slot_timeline(ax, [s.scheduled for s in report.steps], slots, f"{policy} batching")
-                     for ax, (policy, report) in zip(axes, self.reports.items())}
-        axes[0].set_xlim(-0.5, max(len(r.steps) for r in self.reports.values()) - 0.5)  # one scale for both
-        fig.suptitle(f"{len(lengths)} requests on {slots} slots, output lengths {min(lengths)}-{max(lengths)} tokens")
+            for artist in [*ax.images, *ax.patches, *ax.texts]:  # last drawing's timelines and end shading
+                artist.remove()
+        self.idle = plot_slot_timelines(axes, {policy: [s.scheduled for s in report.steps]
+                                               for policy, report in self.reports.items()}, slots)
+        fig.suptitle(f"{len(lengths)} requests on {slots} slot{'s' if slots > 1 else ''}, "
+                     f"output lengths {min(lengths)}-{max(lengths)} tokens")
         tight_layout_afresh(fig)
         return fig
 
@@ -172,13 +182,16 @@ class BatchingExplorer(w.VBox):
             self.runs[key] = serve_both(self.lengths, key[0], self.model, self.gpu)
         self.reports = self.runs[key]
         self.figure.redraw(self.draw)
-        rows = "".join(f"<tr><td>{policy}</td><td>{len(r.steps):,}</td><td>{self.idle[policy]:.0%}</td>"
-                       f"<td>{r.tokens_per_s:,.0f}</td></tr>" for policy, r in self.reports.items())
+        cell = "style='text-align:right; padding: 0 1em'"
+        rows = "".join(f"<tr><td style='padding-right: 1em'>{policy}</td><td {cell}>{len(r.steps):,}</td>"
+                       f"<td {cell}>{self.idle[policy]:.0%}</td><td {cell}>{r.tokens_per_s:,.0f}</td></tr>"
+                       for policy, r in self.reports.items())
+        header = "".join(f"<th {cell}>{name}</th>" for name in ("steps", "idle slot-steps", "output tokens/s"))
         elapsed = time.perf_counter() - started
         self.readout.value = (
-            f"<table><tr><th>policy</th><th>steps</th><th>idle slot-steps</th><th>output tokens/s</th></tr>{rows}"
+            f"<table><tr><th style='text-align:left; padding-right: 1em'>policy</th>{header}</tr>{rows}"
             f"</table><b>continuous / static throughput: {throughput_ratio(self.reports):.2f}x</b><br>"
-            f"<small>measured spread {coefficient_of_variation(self.lengths):.2f}; the longest request needs "
+            f"<small>{spread_note(self.lengths, self.spread.value)}; the longest request needs "
             f"{max(self.lengths)} steps even alone, a floor for both policies; {self.model.name} on {self.gpu.name}, "
             f"simulated; updated in {elapsed:.2f} s</small>")
         return elapsed
