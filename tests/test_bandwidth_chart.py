@@ -32,8 +32,18 @@ def test_metric_switch_redraws_in_place():
     chart = BandwidthChart(_result())
     pane = chart.pane
     chart.metric.value = "time_us"
-    assert chart.pane is pane and pane.figure.layout.yaxis.type == "log" and "µs" in pane.figure.layout.yaxis.title.text
-    assert list(pane.data[1].y) == [1024 / 2e3, 4096 / 2e3]
+    assert chart.pane is pane and pane.figure.layout.yaxis.type == "log"
+    assert list(pane.data[1].y) == pytest.approx([1024 / 2e3 * 1e-6, 4096 / 2e3 * 1e-6])  # seconds
+
+
+def test_every_axis_and_hover_names_its_unit():
+    """The x axis said only 'message size', and time ticks read '100k, 10k, 1000' (µs)."""
+    timed = bandwidth_figure(_result(), "time_us")
+    assert "bytes" in timed.layout.xaxis.title.text
+    assert list(timed.layout.yaxis.ticktext) == ["100 ns", "1 µs", "10 µs"]  # 0.512 µs to 4.1 µs
+    assert all(text.endswith(("s", "B")) for text in [*timed.layout.yaxis.ticktext, *timed.layout.xaxis.ticktext])
+    hover = timed.data[0]
+    assert list(hover.customdata[0][:2]) == ["1 KiB", "1.02 µs"] and "%{customdata[1]}" in hover.hovertemplate
 
 
 def test_link_peak_comes_from_the_gpu_preset_of_one_node_runs():
@@ -51,7 +61,8 @@ def test_saved_gpu_runs_are_each_drawn_against_their_own_link(tmp_path, monkeypa
     monkeypatch.setattr(bandwidth_chart, "display", shown.append)
     monkeypatch.setattr(bandwidth_chart, "saved_results", lambda: [])
     bandwidth_chart.show_saved_runs()
-    assert not shown and "./course gpu-report" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert not shown and "./course gpu-report" in printed and "`" not in printed  # printed text shows no Markdown
     saved = tmp_path / "nccl_bench_h200.json"
     replace(_result(), backend="nccl", device="NVIDIA H200", hostnames=["node0"]).save(saved)
     monkeypatch.setattr(bandwidth_chart, "saved_results", lambda: [saved])

@@ -1,5 +1,7 @@
 """The communication-roofline widgets: numbers from course_lib.perf.comm_roofline, redrawn in place."""
 
+import math
+
 from course_lib.perf.comm_roofline import ddp_step, two_node_layouts
 from course_lib.widgets.comm_roofline_explorer import (
     GPU_COUNTS,
@@ -25,7 +27,20 @@ def test_scaling_figure_plots_each_step_and_stars_the_setting():
     assert list(throughput.y) == [s.tokens_per_s_per_gpu for s in steps]
     assert all(total >= part for total, part in zip(comm.y, latency.y))
     assert list(star.x) == [64] and star.y[0] == ddp_step(64).tokens_per_s_per_gpu
-    assert "GPUs" in figure.layout.xaxis.title.text and "ms" in figure.layout.yaxis2.title.text
+    assert "GPUs" in figure.layout.xaxis.title.text and "time" in figure.layout.yaxis2.title.text
+    assert list(comm.y) == [s.comm_s for s in steps[1:]]  # seconds, ticks labelled with their unit
+
+
+def test_the_setting_shows_at_either_end_and_time_ticks_carry_their_unit():
+    """At 1 GPU the right-hand axis began exactly at 1, hiding the setting's line; its ticks read '10k' beside
+    '1000' (ms)."""
+    steps = [ddp_step(n) for n in GPU_COUNTS]
+    figure = ddp_scaling_figure(steps, highlight=1)
+    for axis in (figure.layout.xaxis, figure.layout.xaxis2):
+        low, high = axis.range  # log10 of the GPU counts
+        assert low < math.log10(GPU_COUNTS[0]) and high > math.log10(GPU_COUNTS[-1])
+    ticks = list(figure.layout.yaxis2.ticktext)
+    assert ticks and all(text.endswith(("ns", "µs", "ms", " s")) for text in ticks) and "10 ms" in ticks
 
 
 def test_calculator_redraws_its_pane_on_every_change():

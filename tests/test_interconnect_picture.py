@@ -34,5 +34,16 @@ def test_each_path_redraws_the_picture_and_bolds_its_row():
         assert f"<b>{path}</b>" in picture.readout.value
         pictures.add(bytes(picture.figure.value))
     assert len(pictures) == len(PATHS)
-    picture.size_mib.value = 1.0
-    assert "1.0 MiB" in picture.readout.value
+    picture.message.value = MiB
+    assert "One message of 1 MiB" in picture.readout.value
+
+
+def test_the_message_slider_reads_in_the_unit_it_shows_and_times_fit_their_unit():
+    """It was labelled 'message (MiB)' while reading '1.0 KiB', and gave 1 GiB as '55,040.3 µs'."""
+    picture = InterconnectPicture()
+    assert "MiB" not in picture.message.description
+    assert picture.message.options[0] == ("1 KiB", 1024) and picture.message.options[-1] == ("1 GiB", 2**30)
+    picture.path.value = BOUNCE_PATH
+    picture.message.value = 2**30
+    assert f"<b>{BOUNCE_PATH}</b></td><td style='text-align:right; padding: 0 1em'>55 ms</td>" in picture.readout.value
+    assert "µs" not in picture.readout.value

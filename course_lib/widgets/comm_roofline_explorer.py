@@ -4,6 +4,8 @@ added, and the two-node layouts of a 70B model (the TP=16 spot-the-bug), all fro
 
 from __future__ import annotations
 
+import math
+
 import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -17,7 +19,8 @@ from course_lib.perf.comm_roofline import (
     two_node_layouts,
 )
 from course_lib.perf.topology import ALL_REDUCES
-from course_lib.perf.units import MiB
+from course_lib.perf.units import MiB, format_duration
+from course_lib.widgets.log_ticks import time_ticks
 from course_lib.widgets.plotly_pane import PlotlyPane
 from course_lib.widgets.selection_readout import with_readout
 
@@ -26,11 +29,14 @@ NIC_COUNTS = (1, 2, 4, 8)
 ALGORITHM_NAMES = {"nccl rings": "NCCL's rings (one per NIC)", "hierarchical": "the hierarchical scheme",
                    "tree": "trees", "flat ring": "a single ring"}
 STYLE = {"description_width": "11em"}
+GPU_AXIS_PAD = 0.12  # decades of room beyond the first and last GPU count
 
 
 def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go.Figure:
     """Left: tokens/s per GPU against GPUs. Right: the gradient all-reduce (its latency part
-    shaded) against the backward pass it must hide behind, in ms."""
+    shaded) against the backward pass it must hide behind, in seconds with a unit on every tick.
+    Both x axes reach a little past the first and last GPU count, so the setting's line shows at
+    either end."""
     gpus = [step.num_gpus for step in steps]
     figure = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                            subplot_titles=("Throughput per GPU", "Can overlap hide the all-reduce?"))
@@ -39,13 +45,19 @@ def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go
                                 hovertemplate="%{x} GPUs: %{y:,.0f} tokens/s per GPU (%{customdata[1]:.0%} of one "
                                               "node's), ring over %{customdata[0]}<extra></extra>"), row=1, col=1)
     talking = [s for s in steps if s.comm_s > 0]  # one GPU has nothing to all-reduce: no point on a log axis
-    figure.add_trace(go.Scatter(x=[s.num_gpus for s in talking], y=[s.comm_s * 1e3 for s in talking],
+    figure.add_trace(go.Scatter(x=[s.num_gpus for s in talking], y=[s.comm_s for s in talking],
+                                customdata=[format_duration(s.comm_s) for s in talking],
+                                hovertemplate="%{x} GPUs: t_comm %{customdata}<extra></extra>",
                                 mode="lines+markers", name="t_comm: gradient all-reduce", line_color="#ff7f0e"),
                      row=1, col=2)
-    figure.add_trace(go.Scatter(x=[s.num_gpus for s in talking], y=[s.latency_s * 1e3 for s in talking],
+    figure.add_trace(go.Scatter(x=[s.num_gpus for s in talking], y=[s.latency_s for s in talking],
+                                customdata=[format_duration(s.latency_s) for s in talking],
+                                hovertemplate="%{x} GPUs: latency part %{customdata}<extra></extra>",
                                 mode="lines", name="its latency part (the alphas)",
                                 line={"color": "#ffbb78", "dash": "dot"}), row=1, col=2)
-    figure.add_trace(go.Scatter(x=gpus, y=[s.backward_s * 1e3 for s in steps], mode="lines",
+    figure.add_trace(go.Scatter(x=gpus, y=[s.backward_s for s in steps], mode="lines",
+                                customdata=[format_duration(s.backward_s) for s in steps],
+                                hovertemplate="%{x} GPUs: backward %{customdata}<extra></extra>",
                                 name="backward compute (what overlap can hide behind)",
                                 line={"dash": "dash", "color": "#1f77b4", "width": 3}), row=1, col=2)
     if highlight in gpus:
@@ -55,11 +67,14 @@ def ddp_scaling_figure(steps: list[DDPStep], highlight: int | None = None) -> go
                          row=1, col=1)
         for col in (1, 2):
             figure.add_vline(x=highlight, line_color="#d62728", line_width=1, opacity=0.5, row=1, col=col)
+    span = [math.log10(min(gpus)) - GPU_AXIS_PAD, math.log10(max(gpus)) + GPU_AXIS_PAD]  # log axes take log10
     for col in (1, 2):
-        figure.update_xaxes(type="log", title_text="GPUs (8 per node)", tickvals=[n for n in gpus if n in (1, 8, 64, 512)],
-                            row=1, col=col)
+        figure.update_xaxes(type="log", title_text="GPUs (8 per node)", range=span, row=1, col=col,
+                            tickvals=[n for n in gpus if n in (1, 8, 64, 512)])
     figure.update_yaxes(title_text="tokens/s per GPU", rangemode="tozero", row=1, col=1)
-    figure.update_yaxes(title_text="time per step (ms, log scale)", type="log", dtick=1, row=1, col=2)
+    times = [t for s in steps for t in (s.comm_s, s.latency_s, s.backward_s) if t > 0]
+    figure.update_yaxes(title_text="time per step (log scale)", type="log", row=1, col=2,
+                        **time_ticks(min(times), max(times)))
     figure.update_layout(title=f"DDP of Llama-3.2-1B on H100 nodes, {steps[0].tokens_per_gpu:,} tokens per GPU per step"
                                f"<br>gradients all-reduced by {ALGORITHM_NAMES[steps[0].all_reduce]}",
                          height=470, legend={"orientation": "h", "y": -0.32}, margin={"t": 90, "b": 130})

@@ -10,7 +10,7 @@ import ipywidgets as w
 from matplotlib.patches import FancyBboxPatch
 
 from course_lib.perf.interconnect import INFINIBAND_NDR, NVLINK_4, PCIE_GEN5, get_link, host_bounce_time
-from course_lib.perf.units import MiB, format_bytes
+from course_lib.perf.units import MiB, format_bytes, format_duration
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 from course_lib.widgets.selection_readout import with_readout
 
@@ -106,27 +106,26 @@ def draw_interconnect(path: str = NVLINK_PATH):
 class InterconnectPicture(w.VBox):
     """A path chooser, a message-size slider, the picture and the message's modelled time."""
 
-    def __init__(self, path: str = NVLINK_PATH, message_mib: float = 64) -> None:
+    def __init__(self, path: str = NVLINK_PATH, message_bytes: int = 64 * MiB) -> None:
         self.path = w.ToggleButtons(options=PATHS, value=path, style={"button_width": "230px"})
-        self.size_mib = w.SelectionSlider(options=[(format_bytes(2.0**k * MiB), 2.0**k) for k in range(-10, 11)],
-                                          value=float(message_mib),
-                                          description="message (MiB)", continuous_update=False,
-                                          layout=w.Layout(width="520px"), style={"description_width": "8em"})
+        self.message = w.SelectionSlider(options=[(format_bytes(2**k, whole=True), 2**k) for k in range(10, 31)],
+                                         value=message_bytes, description="message size", continuous_update=False,
+                                         layout=w.Layout(width="520px"), style={"description_width": "8em"})
         self.figure = FigurePane()
         self.readout = w.HTML()
         self.path.observe(self._redraw, "value")
-        self.size_mib.observe(self._redraw, "value")
+        self.message.observe(self._redraw, "value")
         self._redraw()
-        super().__init__([self.path, with_readout(self.size_mib), self.readout, self.figure])
+        super().__init__([self.path, with_readout(self.message), self.readout, self.figure])
 
     @one_at_a_time
     def _redraw(self, *_) -> None:
-        num_bytes = self.size_mib.value * MiB
+        num_bytes = self.message.value
         times = {path: path_time(path, num_bytes) for path in PATHS}
         cell = "style='text-align:right; padding: 0 1em'"
         rows = "".join(f"<tr><td>{f'<b>{p}</b>' if p == self.path.value else p}</td>"
-                       f"<td {cell}>{t * 1e6:,.1f} µs</td><td {cell}>{t / times[NVLINK_PATH]:.1f}x</td></tr>"
+                       f"<td {cell}>{format_duration(t)}</td><td {cell}>{t / times[NVLINK_PATH]:.1f}x</td></tr>"
                        for p, t in times.items())
-        self.readout.value = (f"<p>One message of {format_bytes(num_bytes)}, alpha + K beta per hop:</p>"
+        self.readout.value = (f"<p>One message of {format_bytes(num_bytes, whole=True)}, alpha + K beta per hop:</p>"
                               f"<table><tr><th>path</th><th>time</th><th>vs NVLink</th></tr>{rows}</table>")
         self.figure.redraw(lambda: draw_interconnect(self.path.value))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from course_lib.perf.units import format_bytes, format_duration
+from course_lib.perf.units import KiB, format_bytes, format_duration
 
 
 def powers(low: float, high: float, base: float = 10.0) -> list[float]:
@@ -29,11 +29,10 @@ def time_ticks(low_s: float, high_s: float) -> dict:
 
 
 def bytes_ticks(low: float, high: float, step: int = 16) -> dict:
-    """``tickvals`` and ``ticktext`` for an axis in bytes: from the power of two at or below ``low``,
-    a tick every factor ``step`` up to the first at or above ``high``: '1 KiB', '16 KiB', ..."""
-    if not 0 < low <= high or step < 2:
-        raise ValueError(f"Byte ticks need 0 < low <= high and a step of 2 or more, got {low}, {high}, {step}.")
-    values = [2 ** math.floor(math.log2(low))]
-    while values[-1] < high:
-        values.append(values[-1] * step)
+    """``tickvals`` and ``ticktext`` for an axis in bytes: 1 KiB times every power of ``step`` (a
+    power of two) from the one at or below ``low`` to the one at or above ``high``: '64 B', '1 KiB',
+    '16 KiB', ... for a step of 16."""
+    if step < 2 or step & (step - 1):
+        raise ValueError(f"Byte ticks step by a power of two, 2 or more; got {step}.")
+    values = [round(v * KiB) if v * KiB >= 1 else v * KiB for v in powers(low / KiB, high / KiB, step)]
     return {"tickvals": values, "ticktext": [format_bytes(v, whole=True) for v in values]}
