@@ -19,7 +19,7 @@ from course_lib.widgets.moe_design_sheet import MoEDesignSheet, plan_html
 def test_the_sheet_opens_on_the_bug_and_marks_it_wrong():
     sheet = MoEDesignSheet()
     html = sheet.sheet.value
-    assert "✘ TP" in html and "TP=16 spans 2 nodes" in html and "2 wrong choices" in html
+    assert "✘ TP" in html and "TP=16 spans 2 nodes" in html and "3 wrong choices" in html
     assert "routed experts" in html and "GiB" in html and "<table>" in html
     assert "PagedAttention" in sheet.checklist.value
 
@@ -68,13 +68,13 @@ def test_preset_buttons_set_the_controls_and_redraw_in_place():
     assert pane.value == plan_html(plan) and kv_summary(plan).split(";")[1].strip() in pane.value
     bug = next(b for b in sheet.buttons if "bug" in b.description)
     bug.click()
-    assert sheet.tp.value == 16 and "2 wrong choices" in pane.value
+    assert sheet.tp.value == 16 and "3 wrong choices" in pane.value
     assert [b.description for b in sheet.buttons] == list(PRESETS)
 
 
 def test_controls_update_the_sheet_and_errors_are_shown():
     sheet = MoEDesignSheet(gpu="H200-141GB", layout=Layout(tp=8, dp=2, ep=16))
-    assert "no wrong choices" in sheet.sheet.value
+    assert "1 wrong choice<" in sheet.sheet.value and "✘ attention TP and KV" in sheet.sheet.value
     sheet.dtype.value = "bf16"
     assert "weights do not fit" not in sheet.sheet.value  # 16 H200 hold bf16 weights with EP=16
     sheet.gpu.value = "H100-80GB"

@@ -1,5 +1,8 @@
 """Module 08's MoE serving sheet: DeepSeek-V3's memory per GPU and the layout rubric."""
 
+import dataclasses
+import re
+
 import pytest
 
 from course_lib.perf.hardware import get_gpu
@@ -28,7 +31,9 @@ from course_lib.perf.moe_serving import (
     serving_checklist,
     weight_bytes_per_param,
 )
+from course_lib.perf import vllm_all_reduce
 from course_lib.perf.units import GiB
+from course_lib.perf.vllm_all_reduce import PCIE_GROUP_MAX
 from course_lib.quiz.bank import load_bank
 
 TWO_H200 = Cluster(2, 8, get_gpu("H200-141GB"))
@@ -94,14 +99,15 @@ def test_tp_on_mla_attention_replicates_the_latent_and_dp_does_not():
     assert tp8.kv_tokens_per_gpu > dp16.kv_tokens_per_gpu  # TP=8 frees weight memory...
     assert dp16.kv_tokens_deployment > 6 * tp8.kv_tokens_deployment  # ...but DP caches far more distinct tokens
     finding = next(f for f in tp8.findings if f.dimension == "attention TP and KV")
-    assert finding.verdict == "watch" and "replicates the 576-element latent on all 8 ranks" in finding.text
+    assert finding.verdict == "wrong" and "replicates the 576-element latent on all 8 ranks" in finding.text
 
 
 def test_fp8_fits_one_h200_node_but_not_one_h100_node_nor_bf16():
     def plan(gpu, dtype):
         return plan_moe_serving(DEEPSEEK_V3, Cluster(1, 8, get_gpu(gpu)), Layout(tp=8), weight_dtype=dtype)
 
-    assert plan("H200-141GB", "fp8").fits and not plan("H200-141GB", "fp8").wrong
+    assert plan("H200-141GB", "fp8").fits
+    assert [f.dimension for f in plan("H200-141GB", "fp8").wrong] == ["attention TP and KV"]  # TP on MLA: see below
     for gpu, dtype in (("H100-80GB", "fp8"), ("H200-141GB", "bf16")):
         p = plan(gpu, dtype)
         assert not p.fits and p.kv_tokens_per_gpu == 0
@@ -126,7 +132,7 @@ def test_tp16_across_two_nodes_is_the_bug():
     assert tp.text.startswith("TP=16 spans 2 nodes: its per-layer all-reduce crosses InfiniBand")
     experts = next(f for f in plan.findings if f.dimension == "expert TP")
     assert experts.verdict == "wrong" and "EP=16" in experts.why
-    assert {f.dimension for f in plan.wrong} == {"TP", "expert TP"}
+    assert {f.dimension for f in plan.wrong} == {"TP", "expert TP", "attention TP and KV"}
     assert tp.line.startswith("✘ TP [InfiniBand")
 
 
@@ -175,7 +181,8 @@ def test_layouts_that_cannot_be_built_say_why(layout, message):
 def test_presets_and_checklist():
     verdicts = {name: plan_moe_serving(DEEPSEEK_V3, Cluster(n, g), layout).wrong
                 for name, (n, g, layout) in PRESETS.items()}
-    assert [name for name, wrong in verdicts.items() if wrong] == ["TP=16 across two nodes (the bug)"]
+    assert [name for name, wrong in verdicts.items() if not wrong] == ["DP=16 attention + EP=16 (recommended)"]
+    assert [f.dimension for f in verdicts["TP=8 x DP=2 attention + EP=16"]] == ["attention TP and KV"]
     practices = " ".join(name for name, _ in serving_checklist(Cluster(2, 8)))
     for practice in ("PagedAttention", "Continuous batching", "Chunked prefill", "Prefix caching", "one-shot", "busbw"):
         assert practice.lower() in practices.lower()
@@ -256,3 +263,88 @@ def test_the_quiz_marks_right_exactly_the_recommended_layouts_choices():
     for choice, used in uses.items():
         assert any(choice in text for text in (right if used else wrong)), choice
         assert not any(choice in text for text in (wrong if used else right)), choice
+
+
+@pytest.mark.parametrize("gpu", ["L4-24GB", "A100-80GB", "H100-80GB", "B200-180GB"])
+def test_the_link_between_nodes_is_each_gpus_nic_behind_its_pcie(gpu):
+    """A node's NICs hang off PCIe: the network a GPU reaches is its NIC, never faster than its PCIe
+    link, and slower than what the GPUs of one node share (the L4 once showed 50 GB/s across nodes
+    against 32 inside)."""
+    preset = get_gpu(gpu)
+    cluster = Cluster(2, 8, preset)
+    net, inside = cluster.scale_out, cluster.in_node
+    assert net.bandwidth == min(preset.network_bandwidth, preset.pcie_bandwidth)
+    assert net.bandwidth < inside.bandwidth and net.alpha_s > inside.alpha_s
+    tp = next(f for f in plan_moe_serving(DEEPSEEK_V3, cluster, Layout(tp=16)).findings if f.dimension == "TP")
+    assert tp.verdict == "wrong" and tp.link == net.name
+    across, within = (float(x) for x in re.findall(r"(\d+) GB/s", tp.text)[:2])
+    assert (across, within) == (round(net.bandwidth / 1e9), round(inside.bandwidth / 1e9)) and across < within
+
+
+def test_a_nic_faster_than_its_pcie_slot_is_capped_by_the_slot():
+    fast_nic = dataclasses.replace(get_gpu("L4-24GB"), network_bandwidth=50e9)  # NDR behind PCIe Gen4
+    link = Cluster(2, 8, fast_nic).scale_out
+    assert link.bandwidth == 32e9 and "behind PCIe at 32 GB/s" in link.name and "NDR" in link.name
+
+
+def test_pcie_gpus_are_not_told_to_run_one_or_two_shot():
+    """vLLM's custom all-reduce serves PCIe groups of 2 only; the sheet says so instead of recommending
+    one- or two-shot kernels for a PCIe TP group."""
+    l4 = Cluster(2, 8, get_gpu("L4-24GB"))
+    checklist = dict(serving_checklist(l4))
+    assert not any("one-shot or two-shot" in name.lower() for name in checklist)
+    kernels = next(why for name, why in checklist.items() if name.startswith("TP of"))
+    assert f"groups of {PCIE_GROUP_MAX} GPUs only" in kernels and "NCCL" in kernels
+    tp8 = next(f for f in plan_moe_serving(DEEPSEEK_V3, Cluster(1, 8, get_gpu("L4-24GB")), Layout(tp=8)).findings
+               if f.dimension == "TP")
+    assert "TP=8 runs NCCL" in tp8.why and f"groups of {PCIE_GROUP_MAX} only" in tp8.why
+    assert vllm_all_reduce.custom_limit(PCIE_GROUP_MAX, nvswitch=False) is not None
+    assert vllm_all_reduce.custom_limit(4, nvswitch=False) is None
+    assert any("one-shot or two-shot" in name.lower() for name, _ in serving_checklist(Cluster(2, 8)))
+
+
+def test_one_room_figure_in_the_premise_and_the_memory_check():
+    """The premise's room (the budget less the activation peak) is the figure the memory check quotes,
+    not the bare budget ("71.0 GiB of room" beside "40.2 GiB of 72.0 GiB")."""
+    plan = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8), Layout(tp=16))
+    room = f"{plan.room_bytes / GiB:.1f} GiB of room"
+    memory = plan.findings[0]
+    assert memory.verdict == "right" and room in memory.text and f"{plan.budget_bytes / GiB:.1f} GiB" not in memory.text
+    assert room in one_node_verdict()
+    assert f"the other {plan.kv_cache_bytes / GiB:.1f} GiB holds {plan.kv_tokens_per_gpu:,} tokens" in memory.text
+    rows = dict(memory_rows(plan))
+    assert float(rows["KV cache room"]) == pytest.approx(plan.kv_cache_bytes / GiB, abs=0.01)
+
+
+def test_no_check_passes_with_no_kv_and_counts_are_in_words():
+    """With weights that do not fit, DP attention is not a ✔ line of "0 distinct tokens"; one GPU and
+    one DP rank are singular."""
+    l4 = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8, get_gpu("L4-24GB")), RECOMMENDED)
+    assert l4.kv_tokens_per_gpu == 0
+    dp = next(f for f in l4.findings if f.dimension == "DP attention")
+    assert dp.verdict == WATCH and "no KV fits" in dp.text
+    assert all(not (f.verdict == "right" and re.search(r"\b0 (distinct )?tokens", f.text)) for f in l4.findings)
+    with pytest.raises(LayoutError, match=r"= 1 GPU, but"):
+        check_layout(DEEPSEEK_V3, Cluster(2, 8), Layout())
+    assert "across the 1 DP rank." in kv_summary(plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8), Layout(tp=16)))
+
+
+def test_fp8_weights_on_a_gpu_without_fp8_tensor_cores_are_flagged():
+    """Lesson 09: an A100 has no FP8 tensor cores, so fp8 weights there are weight-only FP8."""
+    a100 = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8, get_gpu("A100-80GB")), RECOMMENDED)
+    note = next(f for f in a100.findings if f.dimension == "fp8 weights")
+    assert note.verdict == WATCH and "no FP8 tensor cores" in note.text and "W8A16" in note.why
+    for gpu, dtype in (("H100-80GB", "fp8"), ("L4-24GB", "fp8"), ("A100-80GB", "bf16")):
+        plan = plan_moe_serving(DEEPSEEK_V3, Cluster(2, 8, get_gpu(gpu)), RECOMMENDED, weight_dtype=dtype)
+        assert not any(f.dimension == "fp8 weights" for f in plan.findings), (gpu, dtype)
+
+
+def test_the_quiz_and_the_sheet_give_tp_on_mla_attention_one_verdict():
+    """Quiz 08 marks tensor parallelism for attention inside a node wrong; the sheet's TP=8 x DP=2
+    preset must count it as a wrong choice too, not only a warning."""
+    option = next(o for o in load_bank("08_fused_tp").question("deepseek-layout").options
+                  if o.text.lower().startswith("tensor parallelism for attention inside each node"))
+    nodes, gpus, layout = PRESETS["TP=8 x DP=2 attention + EP=16"]
+    plan = plan_moe_serving(DEEPSEEK_V3, Cluster(nodes, gpus), layout)
+    assert not option.correct and layout.tp > 1 and plan.cluster.group_in_node(layout.tp)
+    assert [f.dimension for f in plan.wrong] == ["attention TP and KV"]

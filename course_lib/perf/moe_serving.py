@@ -51,7 +51,9 @@ from dataclasses import dataclass, field
 from course_lib.checks import require_count
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.interconnect import (
+    ACROSS_NODES,
     IN_NODE,
+    INFINIBAND_HDR,
     INFINIBAND_NDR,
     LINKS,
     NVLINK_4,
@@ -62,7 +64,8 @@ from course_lib.perf.interconnect import (
 from course_lib.perf.kv import (DEFAULT_ACTIVATION_RESERVE, checked_memory_settings, dtype_bytes, kv_elements_per_gpu,
                               whole_blocks)
 from course_lib.perf.models import DEEPSEEK_V3, ModelSpec
-from course_lib.perf.units import GiB
+from course_lib.perf.units import GiB, plural
+from course_lib.perf.vllm_all_reduce import PCIE_GROUP_MAX
 
 WEIGHT_DTYPES = ("fp8", "bf16")
 DEFAULT_GPU, DEFAULT_WEIGHT_DTYPE = "H100-80GB", "fp8"
@@ -167,18 +170,35 @@ def _in_node_link(gpu: GPU) -> Link:
     return LINKS[PCIE_GEN5 if gpu.pcie_bandwidth >= LINKS[PCIE_GEN5].bandwidth else PCIE_GEN4]
 
 
+def _scale_out_link(gpu: GPU) -> Link:
+    """One GPU's share of the network between nodes: its NIC (``gpu.network_bandwidth``, named after
+    the InfiniBand preset of that speed), capped by the PCIe link the NIC hangs off, since a node's
+    NICs sit behind PCIe. Invariant: never faster than ``gpu.pcie_bandwidth``."""
+    presets = [LINKS[name] for name in (INFINIBAND_NDR, INFINIBAND_HDR)]
+    nic = next((link for link in presets if link.bandwidth == gpu.network_bandwidth),
+               Link(f"{gpu.network_bandwidth * 8 / 1e9:.0f} Gb/s network (across nodes)", presets[0].alpha_s,
+                    gpu.network_bandwidth, ACROSS_NODES))
+    if gpu.pcie_bandwidth < nic.bandwidth:
+        return Link(f"{nic.name}, behind PCIe at {gpu.pcie_bandwidth / 1e9:.0f} GB/s", nic.alpha_s,
+                    gpu.pcie_bandwidth, ACROSS_NODES)
+    return nic
+
+
 @dataclass(frozen=True)
 class Cluster:
-    """``nodes`` x ``gpus_per_node`` GPUs of one preset; ``scale_out`` links the nodes."""
+    """``nodes`` x ``gpus_per_node`` GPUs of one preset; ``scale_out`` links the nodes (by default
+    each GPU's NIC behind its PCIe link, ``_scale_out_link``)."""
 
     nodes: int
     gpus_per_node: int
     gpu: GPU = field(default_factory=lambda: get_gpu(DEFAULT_GPU))
-    scale_out: Link = field(default_factory=lambda: LINKS[INFINIBAND_NDR])
+    scale_out: Link | None = None
 
     def __post_init__(self) -> None:
         require_count("nodes", self.nodes)
         require_count("gpus_per_node", self.gpus_per_node)
+        if self.scale_out is None:
+            object.__setattr__(self, "scale_out", _scale_out_link(self.gpu))
 
     @property
     def num_gpus(self) -> int:
@@ -238,12 +258,12 @@ def check_layout(model: ModelSpec, cluster: Cluster, layout: Layout) -> None:
     product = layout.tp * layout.dp * layout.pp
     if product != cluster.num_gpus:
         raise LayoutError(
-            f"TP x DP x PP = {layout.tp} x {layout.dp} x {layout.pp} = {product} GPUs, but the cluster has "
-            f"{cluster.num_gpus} ({cluster.name}): the layout must use every GPU exactly once.")
+            f"TP x DP x PP = {layout.tp} x {layout.dp} x {layout.pp} = {plural(product, 'GPU')}, but the cluster "
+            f"has {cluster.num_gpus} ({cluster.name}): the layout must use every GPU exactly once.")
     if layout.stage_gpus % layout.ep:
         raise LayoutError(
-            f"EP={layout.ep} must divide the {layout.stage_gpus} GPUs (TP x DP = {layout.tp} x {layout.dp}) that "
-            f"run each stage's MoE layers.")
+            f"EP={layout.ep} must divide the {plural(layout.stage_gpus, 'GPU')} (TP x DP = {layout.tp} x "
+            f"{layout.dp}) that run each stage's MoE layers.")
     if model.num_experts % layout.ep:
         raise LayoutError(f"EP={layout.ep} must divide the {model.num_experts} routed experts evenly.")
     if model.num_heads % layout.tp:
@@ -295,9 +315,14 @@ class MoEServingPlan:
         return sum(self.memory.values())
 
     @property
+    def room_bytes(self) -> float:
+        """What the weights and the KV cache share on one GPU: the budget less the activation peak."""
+        return self.budget_bytes - self.activation_reserve_bytes
+
+    @property
     def kv_cache_bytes(self) -> float:
-        """What is left for KV blocks: the budget less the weights and the activation peak (may be < 0)."""
-        return self.budget_bytes - self.weight_bytes - self.activation_reserve_bytes
+        """What is left for KV blocks: the room less the weights (may be < 0)."""
+        return self.room_bytes - self.weight_bytes
 
     @property
     def fits(self) -> bool:
@@ -350,14 +375,13 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
     weights, budget, tokens = plan_numbers["weights"], plan_numbers["budget"], plan_numbers["tokens"]
     util = plan_numbers["utilization"]
     room = budget - plan_numbers["reserve"]
+    where_room = f"{util} x {_gib(cluster.gpu.memory_bytes)}, less a {_gib(plan_numbers['reserve'])} activation peak"
     if weights > room:
         fixes = "spread the weights over more GPUs (more nodes, a larger EP), " + (
             "use fp8 weights (half of bf16), " if plan_numbers["weight_dtype"] != "fp8" else ""
         ) + "or GPUs with more memory"
         findings.append(Finding("memory", "HBM", WRONG,
-                                f"weights do not fit: {_gib(weights)} per GPU > {_gib(room)} "
-                                f"({util} x {_gib(cluster.gpu.memory_bytes)}, less a {_gib(plan_numbers['reserve'])} "
-                                f"activation peak)",
+                                f"weights do not fit: {_gib(weights)} per GPU > {_gib(room)} of room ({where_room})",
                                 f"the server refuses to start with no room for KV blocks; {fixes}"))
     elif tokens < plan_numbers["max_model_len"]:
         findings.append(Finding("memory", "HBM", WRONG,
@@ -366,9 +390,16 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
                                 "vLLM refuses to start when one max_model_len request cannot be cached"))
     else:
         findings.append(Finding("memory", "HBM", RIGHT,
-                                f"weights fit: {_gib(weights)} of {_gib(budget)} per GPU, leaving room for "
-                                f"{tokens:,} tokens of KV per GPU",
+                                f"weights fit: {_gib(weights)} per GPU of its {_gib(room)} of room ({where_room}); "
+                                f"the other {_gib(room - weights)} holds {plural(tokens, 'token')} of KV",
                                 "what is left after weights and the activation peak becomes paged KV blocks"))
+    if plan_numbers["weight_dtype"] == "fp8" and not cluster.gpu.fp8_flops:
+        findings.append(Finding("fp8 weights", "tensor cores", WATCH,
+                                f"the {cluster.gpu.name} has no FP8 tensor cores: fp8 weights are stored in one byte "
+                                "and widened to bf16 for every matmul",
+                                "vLLM serves FP8 checkpoints on Ampere as weight-only FP8 (W8A16, Marlin kernels): "
+                                "fp8's memory at bf16's compute peak; the FP8 W8A8 speed-up (module 09) needs Ada, "
+                                "Hopper or Blackwell"))
 
     tp = layout.tp
     if tp == 1:
@@ -381,17 +412,20 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
                                 "latency-bound, which a fused all-reduce (+ residual + RMSNorm) over NVLink addresses, "
                                 "one-shot or two-shot by message size"))
     elif cluster.group_in_node(tp):
+        kernel = (f"vLLM's custom all-reduce still serves a group of {tp} over PCIe" if tp <= PCIE_GROUP_MAX else
+                  f"over PCIe vLLM's custom all-reduce serves groups of {PCIE_GROUP_MAX} only, so TP={tp} runs NCCL")
         findings.append(Finding("TP", nv.name, WATCH,
                                 f"TP={tp} stays inside one node, but these GPUs have no NVLink: its per-layer "
                                 f"all-reduces run on {nv.name} ({bw(nv)})",
-                                "two blocking all-reduces per layer on PCIe cost far more than on NVLink; prefer "
-                                "fewer TP ranks (DP attention, EP for the experts) or NVLink-connected GPUs"))
+                                f"two blocking all-reduces per layer on PCIe cost far more than on NVLink, and {kernel}; "
+                                "prefer fewer TP ranks (DP attention, EP for the experts) or NVLink-connected GPUs"))
     else:
         where = (f"spans {cluster.nodes_spanned(tp)} nodes" if tp > gpn
                  else f"groups straddle node boundaries ({gpn} GPUs per node is not a multiple of {tp})")
         findings.append(Finding("TP", ib.name, WRONG,
-                                f"TP={tp} {where}: its per-layer all-reduce crosses {ib.name} ({bw(ib)} against "
-                                f"{nv.bandwidth / 1e9:.0f} inside the node)",
+                                f"TP={tp} {where}: its per-layer all-reduce crosses {ib.name} ({bw(ib)}, "
+                                f"{ib.alpha_s * 1e6:g} µs a hop, against {nv.bandwidth / 1e9:.0f} GB/s and "
+                                f"{nv.alpha_s * 1e6:g} µs inside the node)",
                                 "the all-reduce blocks every layer, twice: each one now pays network latency and the "
                                 "NIC's bandwidth; keep TP inside a node and go across nodes with EP or DP"))
 
@@ -409,7 +443,7 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
                                 "each token goes to its top-"
                                 f"{model.experts_per_token} experts' ranks and back, two all-to-alls per MoE layer; "
                                 + ("fine on NVLink" if inside and has_nvlink else
-                                   f"acceptable, but watch the all-to-all's busbw against the NIC's {bw(link)} peak "
+                                   f"acceptable, but watch the all-to-all's busbw against the link's {bw(link)} peak "
                                    "and overlap it with compute")))
     if etp > 1:
         link = cluster.group_link(etp)
@@ -427,7 +461,7 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
                                     f"(EP={stage}) so experts stay whole and only tokens travel"))
 
     if model.uses_mla and tp > 1:
-        findings.append(Finding("attention TP and KV", "HBM", WATCH,
+        findings.append(Finding("attention TP and KV", "HBM", WRONG,
                                 f"TP={tp} on MLA attention replicates the "
                                 f"{model.kv_elements_per_token_per_layer}-element latent on all {tp} ranks: "
                                 f"{tp} GPUs cache the same tokens",
@@ -435,11 +469,19 @@ def _findings(model: ModelSpec, cluster: Cluster, layout: Layout, plan_numbers: 
                                 "requests, so the same memory holds up to "
                                 f"{tp}x the distinct tokens"))
     if layout.dp > 1:
-        findings.append(Finding("DP attention", "none", RIGHT,
-                                f"DP={layout.dp} on attention: each rank batches and caches its own requests; "
-                                f"{plan_numbers['deployment_tokens']:,} distinct tokens of KV across the deployment",
-                                "attention's KV is per request, so DP scales cache capacity and throughput without "
-                                "any per-layer collective for attention"))
+        if tokens:
+            findings.append(Finding("DP attention", "none", RIGHT,
+                                    f"DP={layout.dp} on attention: each rank batches and caches its own requests; "
+                                    f"{plural(plan_numbers['deployment_tokens'], 'distinct token')} of KV across the "
+                                    "deployment",
+                                    "attention's KV is per request, so DP scales cache capacity and throughput without "
+                                    "any per-layer collective for attention"))
+        else:
+            findings.append(Finding("DP attention", "none", WATCH,
+                                    f"DP={layout.dp} on attention would let each rank cache its own requests, but no "
+                                    "KV fits beside the weights",
+                                    "fix the memory first: DP multiplies the KV the deployment holds, and zero times "
+                                    f"{layout.dp} is zero"))
         if ep > 1 or etp > 1:
             findings.append(Finding("DP idle ranks", cluster.group_link(stage).name, WATCH,
                                     "a DP rank with no requests must still run dummy forwards",
@@ -511,7 +553,7 @@ def one_node_verdict(model: ModelSpec = DEEPSEEK_V3, gpu: GPU | None = None, gpu
     leaves beside the activation peak."""
     cluster = Cluster(1, gpus_per_node, get_gpu(DEFAULT_GPU) if gpu is None else gpu)
     plan = lightest_plan(model, cluster, weight_dtype=weight_dtype)
-    room = plan.budget_bytes - plan.activation_reserve_bytes
+    room = plan.room_bytes
     head = f"One node of {gpus_per_node} {cluster.gpu.name}"
     if plan.weight_bytes > room:
         return (f"{head}: even the lightest layout ({plan.layout.name}) puts {_gib(plan.weight_bytes)} of "
@@ -545,6 +587,21 @@ PRESETS: dict[str, tuple[int, int, Layout]] = {
 }
 """Named layouts for the design sheet: (nodes, GPUs per node, layout)."""
 
+def tp_kernels(cluster: Cluster) -> tuple[str, str]:
+    """The checklist's line on a TP group's all-reduce kernel: one-shot or two-shot by message size on
+    NVLink; on PCIe GPUs, vLLM's custom kernel for pairs only and NCCL beyond (``PCIE_GROUP_MAX``)."""
+    nv = cluster.in_node
+    if cluster.gpu.nvlink_bandwidth:
+        return ("One-shot or two-shot all-reduce for any TP group",
+                f"a TP group's per-layer all-reduces are small and latency-bound: on {nv.name}, one kernel that "
+                "reads the peers' buffers and fuses residual + RMSNorm beats a ring's 2(N-1) rounds; one-shot for "
+                "the smallest messages, two-shot above the crossover K* (module 08, section 4)")
+    return (f"TP of {PCIE_GROUP_MAX} at most on {nv.name}",
+            "one- and two-shot kernels read the peers' memory at NVLink speed; over PCIe vLLM runs its custom "
+            f"all-reduce for groups of {PCIE_GROUP_MAX} GPUs only and leaves larger ones to NCCL's ring, so split "
+            "attention by DP and the experts by EP instead")
+
+
 def serving_checklist(cluster: Cluster) -> tuple[tuple[str, str], ...]:
     """What every layout on ``cluster`` needs besides its parallelism: (practice, why), with the
     links' peaks taken from the cluster's presets."""
@@ -555,11 +612,7 @@ def serving_checklist(cluster: Cluster) -> tuple[tuple[str, str], ...]:
         ("Continuous batching", "requests join and leave the batch every step, keeping each DP rank's batch full"),
         ("Chunked prefill", "long prompts are cut into chunks that share steps with decodes, so ITL stays bounded"),
         ("Prefix caching", "shared system prompts and earlier turns reuse their cached latents instead of prefilling"),
-        ("One-shot or two-shot all-reduce for any TP group", "a TP group's per-layer all-reduces are small and "
-                                                            f"latency-bound: on {nv.name}, one kernel that reads the "
-                                                            "peers' buffers and fuses residual + RMSNorm beats a "
-                                                            "ring's 2(N-1) rounds; the message size picks one-shot "
-                                                            "or two-shot"),
+        tp_kernels(cluster),
         ("Watch busbw vs peak", "measure each collective's bus bandwidth (nccl-tests' busbw) against the link's peak: "
                                 f"{nv.name} {nv.bandwidth / 1e9:.0f} GB/s, {net.name} {net.bandwidth / 1e9:.0f} GB/s "
                                 "per GPU each way"),
@@ -583,5 +636,6 @@ def kv_summary(plan: MoEServingPlan) -> str:
     latent = (f"the {plan.model.kv_elements_per_token_per_layer}-element latent x {layers} layers"
               + (f", whole on each of the {tp} TP ranks" if tp > 1 else "")
               if plan.model.uses_mla else "K and V of this GPU's KV heads")
-    return (f"KV per token on one GPU: {plan.kv_bytes_per_token:,.0f} B ({latent}); {plan.kv_tokens_per_gpu:,} tokens "
-            f"per GPU; {plan.kv_tokens_deployment:,} distinct tokens across the {plan.layout.dp} DP rank(s).")
+    return (f"KV per token on one GPU: {plan.kv_bytes_per_token:,.0f} B ({latent}); "
+            f"{plural(plan.kv_tokens_per_gpu, 'token')} per GPU; {plural(plan.kv_tokens_deployment, 'distinct token')} "
+            f"across the {plural(plan.layout.dp, 'DP rank')}.")
