@@ -29,7 +29,7 @@ from course_lib.perf.kv import model_kv_bytes_per_token, plan_kv_cache
 from course_lib.perf.models import get_model
 from course_lib.perf.roofline import ridge_point, step_cost
 from course_lib.perf.serving import expected_tokens_per_step, kv_transfer
-from course_lib.perf.units import MiB, format_bytes, format_duration, format_number
+from course_lib.perf.units import MiB, format_bytes, format_duration, format_number, plural
 
 KV_MEMORY, MEMORY_BANDWIDTH, INTERCONNECT_BANDWIDTH, LATENCY = (
     "KV memory", "memory bandwidth", "interconnect bandwidth", "latency")
@@ -195,11 +195,11 @@ def fused_tp(num_ranks: int = 8, tokens: int = 16) -> Bound:
     other = next(name for name in ("one-shot", "two-shot") if name != best)
     return Bound(
         "08", LATENCY,
-        f"{model.name} at TP={num_ranks}, decoding {tokens} sequences: {per_step} all-reduces of "
+        f"{model.name} at TP={num_ranks}, decoding {plural(tokens, 'sequence')}: {per_step} all-reduces of "
         f"{format_bytes(size)} per step, all on the critical path: {_ms(times['ring'])} with the ring, "
         f"{_ms(times[best])} {best} (the fastest at this size; {other} {_ms(times[other])}).",
-        "one-shot and two-shot all-reduce over symmetric memory; the reduction fused with the residual add and "
-        "RMSNorm",
+        "all-reduce over symmetric memory, one-shot for the smallest messages and two-shot above the crossover K*; "
+        "the reduction fused with the residual add and RMSNorm",
         {"message_bytes": size, "all_reduces_per_step": per_step, "ring_s": times["ring"],
          "one_shot_s": times["one-shot"], "two_shot_s": times["two-shot"], "fastest_s": times[best]})
 
@@ -455,13 +455,16 @@ STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
         'it, and count the all-reduces forward and backward?'),
     StaffQuestion(
         'fused-all-reduce', 'Fused all-reduce for TP', '08_fused_tp.ipynb',
-        'Why do fused one-shot all-reduce kernels matter for tensor parallelism but not for DDP?',
+        'Why do fused one-shot and two-shot all-reduce kernels matter for tensor parallelism but not for DDP?',
         "TP's all-reduces are small (one activation per layer), latency-bound and on the critical path: the next "
         "layer needs the result, so nothing overlaps them, and a ring's 2(N-1) rounds and separate kernel launches "
-        'dominate. One-shot over symmetric memory takes one round, and fusing the residual add and norm removes '
-        "launches and memory round trips. DDP's buckets are large and overlap the backward pass, so the "
-        'bandwidth-optimal ring is right.',
-        'did you name message size, latency and the critical path for TP, and overlap and bandwidth for DDP?'),
+        'dominate. Over symmetric memory, one-shot takes one round and reads every peer\'s whole buffer, which wins '
+        'the smallest messages; two-shot takes two rounds and moves only the ring\'s bytes, which wins above a '
+        'crossover size that falls as the group grows. Fusing the residual add and norm removes launches and '
+        "memory round trips. DDP's buckets are large and overlap the backward pass, so the bandwidth-optimal ring "
+        'is right.',
+        'did you name message size, latency and the critical path for TP, say which of one- and two-shot wins '
+        'where, and name overlap and bandwidth for DDP?'),
     StaffQuestion(
         'quantization', 'Quantization', '09_serving_tradeoffs.ipynb',
         'Which quantization scheme would you ship for a model, and what must it pass first?',
@@ -491,7 +494,8 @@ STAFF_QUESTIONS: tuple[StaffQuestion, ...] = (
         ' or shrink it (GQA, FP8 KV); if decode is bandwidth-bound, batch more, quantize the weights, or '
         'speculate; if prefill or big batches are compute-bound, chunk prefills, disaggregate, or move to FP8; if'
         ' GPUs wait on each other, check busbw against the link and keep tensor parallelism on NVLink; if small '
-        'fixed costs dominate, cut rounds (trees, one-shot all-reduce) and fuse kernels. Then measure again at '
+        'fixed costs dominate, cut rounds (trees; one- or two-shot all-reduce, by message size) and fuse kernels. '
+        'Then measure again at '
         'real concurrency, since fixing one bound exposes the next.',
         'did you start by measuring, name a bound before a technique, cover all four resources, and end with '
         'measuring again?'),

@@ -1,25 +1,30 @@
 """The all-reduce crossover figure: the model's curves and K*, measured rows, redrawn in place."""
 
+import json
+
 import pytest
 
 from course_lib.collectives.symmetric import SIZES as BENCH_SIZES, crossovers
+from course_lib.perf import vllm_all_reduce
 from course_lib.perf.tp_all_reduce import (
     all_reduce_time,
     alpha_for_crossover,
     one_shot_ring_crossover_bytes,
     two_shot_crossover_bytes,
-    vllm_two_shot_from,
 )
 from course_lib.perf.units import KiB, MiB, format_bytes
 from course_lib.widgets.all_reduce_crossover import (
     MEASURED_MODE,
     MODEL,
+    NOISE,
     SIZES,
     AllReduceCrossover,
     measured_crossover_text,
     measured_figure,
+    measured_summary,
     model_crossover_text,
     model_figure,
+    read_crossover,
 )
 
 
@@ -40,7 +45,8 @@ def _markers(figure):
 def test_model_traces_and_crossover_marker_at_k_star():
     alpha, bandwidth = 5e-6, 400e9
     figure = model_figure(8, alpha, bandwidth)
-    lines = [t for t in figure.data if t.mode == "lines" and t.showlegend is not False]
+    lines = sorted((t for t in figure.data if t.mode == "lines" and t.showlegend is not False),
+                   key=lambda t: t.legendrank)
     assert [t.name for t in lines] == ["one-shot", "two-shot", "ring"]
     assert lines[0].x[0] == KiB and lines[0].x[-1] == pytest.approx(64 * MiB)
     assert list(lines[1].y) == pytest.approx([all_reduce_time("two-shot", 8, k, alpha, bandwidth) * 1e6 for k in SIZES])
@@ -57,14 +63,22 @@ def test_model_traces_and_crossover_marker_at_k_star():
 
 
 @pytest.mark.parametrize("n, bandwidth", [(4, 450e9), (8, 450e9), (8, 900e9)])
-def test_the_verdict_sets_vllms_measured_switch_beside_k_star(n, bandwidth):
+def test_the_verdict_sets_what_vllm_runs_beside_k_star(n, bandwidth):
     text = model_crossover_text(n, 1e-6, bandwidth)
-    switch = vllm_two_shot_from(n)
-    assert f"switches to two-shot at {format_bytes(switch)} on {n} GPUs" in text
-    assert f"α = {alpha_for_crossover(n, switch, bandwidth) * 1e6:.2f} µs at {bandwidth / 1e9:g} GB/s" in text
+    limit = vllm_all_reduce.one_shot_below(n)
+    assert f"vLLM on {n} H100s, by measured thresholds: {vllm_all_reduce.describe(n)}." in text
+    assert f"leaves one-shot at {format_bytes(limit)}, where vLLM does, with " in text
+    assert f"α = {alpha_for_crossover(n, limit, bandwidth) * 1e6:.2f} µs at {bandwidth / 1e9:g} GB/s" in text
     assert format_bytes(two_shot_crossover_bytes(n, 1e-6, bandwidth)) in text  # the model's own K* first
-    assert "also runs one-shot at every size on 2 GPUs" in model_crossover_text(2, 1e-6, 450e9)
-    assert "no kernel for 3 GPUs" in model_crossover_text(3, 1e-6, 450e9)
+    assert vllm_all_reduce.describe(2) in model_crossover_text(2, 1e-6, 450e9)
+    assert "vLLM on 3 H100s: NCCL at every size" in model_crossover_text(3, 1e-6, 450e9)
+
+
+def test_on_eight_gpus_the_verdict_never_says_vllm_runs_two_shot():
+    """vLLM's custom kernel would switch to two-shot at 256 KiB on 8 GPUs, but on H100s it only takes
+    messages below that; the widget says multimem, as vllm_all_reduce.route does."""
+    text = model_crossover_text(8, 1e-6, 450e9)
+    assert "two-shot (vLLM" not in text and "multimem (PyTorch's symmetric memory) from 256.0 KiB" in text
 
 
 def test_two_ranks_never_cross():
@@ -112,15 +126,27 @@ def test_sliders_redraw_in_place():
     assert widget.pane is pane and widget.verdict is verdict and widget.children[-1] is pane
 
 
-def test_measured_mode_shows_rows_and_disables_the_sliders():
+def _shown(row) -> bool:
+    return row.layout.display != "none"
+
+
+def test_measured_mode_shows_rows_and_hides_the_sliders():
+    """The walk: model mode, sliders moved to N = 2, α = 0.1, B = 1, back to measured: greyed sliders
+    showed those values beside a 4-rank measurement. In measured mode they are hidden, and the model
+    comes back with its settings."""
     widget = AllReduceCrossover()
     pane = widget.pane
     widget.mode.value = MEASURED_MODE
-    assert "No measurements yet" in widget.verdict.value and widget.num_ranks.disabled
+    assert "No measurements yet" in widget.verdict.value and not any(map(_shown, widget.slider_rows))
     widget.set_measured(fake_rows(256 * KiB), world_size=4)
     assert "256.0 KiB" in widget.verdict.value and "4 CPU ranks" in pane.figure.layout.title.text
     widget.mode.value = "model"
-    assert not widget.num_ranks.disabled and "model" in pane.figure.layout.title.text and widget.pane is pane
+    assert all(map(_shown, widget.slider_rows)) and "model" in pane.figure.layout.title.text and widget.pane is pane
+    widget.num_ranks.value, widget.alpha_us.value, widget.bandwidth.value = 2, 0.1, 1.0
+    widget.mode.value = MEASURED_MODE
+    assert not any(map(_shown, widget.slider_rows)) and "4 CPU ranks" in pane.figure.layout.title.text
+    widget.mode.value = "model"
+    assert (widget.num_ranks.value, widget.alpha_us.value, widget.bandwidth.value) == (2, 0.1, 1.0)
     widget = AllReduceCrossover(rows=fake_rows(64 * KiB))
     widget.mode.value = MEASURED_MODE
     assert "64.0 KiB" in widget.verdict.value
@@ -138,7 +164,7 @@ def test_rows_with_the_ring_and_nccl_columns_render():
     assert "8 GPUs" in figure.layout.title.text and "NCCL" in figure.layout.title.text
     assert _markers(figure)["measured crossover: two-shot overtakes one-shot at 64.0 KiB"].x[0] == 64 * KiB
     text = measured_crossover_text(rows)
-    assert "one-shot beats NCCL from" in text and "two-shot beats the hand-written ring from" in text
+    assert "one-shot beats NCCL at every size" in text and "two-shot beats the hand-written ring at every size" in text
 
 
 def test_rows_from_a_real_benchmark_render():
@@ -147,8 +173,8 @@ def test_rows_from_a_real_benchmark_render():
     figure = measured_figure(rows, world_size=2)
     names = [t.name for t in figure.data if t.mode == "lines+markers"]
     assert names[:2] == ["one-shot", "two-shot"] and len(names) == sum(c.endswith("_s") for c in rows[0])
-    star = crossovers(rows)["two_shot_over_one_shot"]
-    assert [t.x[0] for t in _markers(figure).values()] == ([] if star is None else [star])
+    kind, star = read_crossover(rows, "two_shot", "one_shot")
+    assert [t.x[0] for t in _markers(figure).values()] == ([star] if kind == "from" else [])
     assert "Measured" in measured_crossover_text(rows)
 
 
@@ -164,6 +190,77 @@ def test_it_opens_on_given_rows_at_their_rank_count_and_hides_the_toggle_without
 
 def test_two_shot_is_dashed_so_it_shows_on_top_of_the_ring_at_two_ranks():
     figure = model_figure(2)
-    two_shot = next(trace for trace in figure.data if trace.name == "two-shot")
+    two_shot = next(trace for trace in figure.data if trace.name.startswith("two-shot"))
     ring = next(trace for trace in figure.data if trace.name == "ring")
     assert two_shot.y == ring.y and two_shot.line.dash == "dash" and ring.line.dash == "solid"
+
+
+def noisy_rows(tail_from: int) -> list[dict]:
+    """One-shot and two-shot within a few percent of each other below ``tail_from`` (two-shot ahead
+    at the very first size), two-shot clearly faster from it on: a crossover only noise could place."""
+    rows = []
+    for i, size in enumerate(BENCH_SIZES):
+        one = 500e-6 + size / 1e9
+        two = one * (0.7 if size >= tail_from else (0.97 if i % 2 == 0 else 1.03))
+        rows.append({"bytes": size, "one_shot_s": one, "two_shot_s": two, "gloo_s": 10 * one})
+    return rows
+
+
+def test_a_crossover_that_noise_could_place_is_not_reported():
+    """The walk: "two-shot overtakes one-shot at 1.0 KiB", the first size, where the two were within
+    noise. Below a reported crossover the slower one must have been ahead by more than NOISE."""
+    rows = noisy_rows(BENCH_SIZES[2])
+    kind, at = read_crossover(rows, "two_shot", "one_shot")
+    assert (kind, at) == ("everywhere", None)
+    assert "no crossover" in measured_crossover_text(rows) and "overtakes one-shot at" not in measured_crossover_text(rows)
+    assert not _markers(measured_figure(rows, world_size=4))
+    clear = fake_rows(64 * KiB)  # one-shot 30% ahead below 64 KiB: a real crossover
+    assert read_crossover(clear, "two_shot", "one_shot") == ("from", 64 * KiB) and NOISE < 0.3
+    assert read_crossover(fake_rows(None), "two_shot", "one_shot") == ("never", None)
+
+
+def test_the_printed_summary_reads_plainly_and_fits_a_line():
+    rows = noisy_rows(BENCH_SIZES[2])
+    lines = measured_summary(rows)
+    assert lines[0] == "two-shot is ahead of one-shot or within 10% at every size: no crossover"
+    assert "one-shot beats gloo at every size, 1.0 KiB to " in lines[1]
+    never = measured_summary(fake_rows(None))[0]
+    assert never == f"two-shot is not faster than one-shot at {format_bytes(BENCH_SIZES[-1])}, the largest size: no crossover"
+    assert all("not at the largest size" not in line and len(line) <= 96 for line in lines + [never])
+
+
+@pytest.mark.parametrize("figure", [model_figure(2), model_figure(8), measured_figure(fake_rows(64 * KiB), 4)],
+                         ids=["model N=2", "model N=8", "measured"])
+def test_the_time_axis_has_one_labelled_tick_per_decade(figure):
+    """No bare "2" and "5" minor labels between the decades."""
+    assert figure.layout.yaxis.type == "log" and figure.layout.yaxis.dtick == 1
+    assert figure.layout.yaxis.tickformat == ","
+
+
+def test_at_two_ranks_the_legend_says_two_shot_lies_on_the_ring_and_it_is_drawn_on_top():
+    figure = model_figure(2)
+    names = [t.name for t in figure.data]
+    two_shot = next(t for t in figure.data if t.name.startswith("two-shot"))
+    assert "on the ring's line" in two_shot.name and names.index(two_shot.name) > names.index("ring")
+    assert not any("on the ring's line" in (t.name or "") for t in model_figure(8).data)
+
+
+def test_saved_gpu_runs_are_replayed_and_their_absence_said(tmp_path, monkeypatch, capsys):
+    """Lesson 08's replay of ``./course gpu-report``: only passed tensor-parallel parts, each with its
+    summary and a chart; with none saved, how to make one (and no widget call left in the cell)."""
+    from course_lib.widgets import all_reduce_crossover as module
+
+    monkeypatch.setattr(module, "RESULTS_DIR", tmp_path)
+    shown = []
+    monkeypatch.setattr(module, "display", shown.append)
+    module.show_saved_runs()
+    assert "No GPU run saved yet" in capsys.readouterr().out and not shown
+    rows = fake_rows(64 * KiB)
+    report = {"parts": {"tensor_parallel": {"status": "passed", "result": {"rows": rows, "world_size": 8}}}}
+    (tmp_path / "gpu_report_H100.json").write_text(json.dumps(report))
+    (tmp_path / "gpu_report_bad.json").write_text(json.dumps({"parts": {"tensor_parallel": {"status": "failed"}}}))
+    module.show_saved_runs()
+    out = capsys.readouterr().out
+    assert out.startswith("gpu_report_H100.json, 8 GPUs:\n") and f"  {measured_summary(rows)[0]}\n" in out
+    (chart,) = shown
+    assert isinstance(chart, AllReduceCrossover) and chart.num_ranks.value == 8 and chart.mode.value == MEASURED_MODE

@@ -135,3 +135,8 @@ def test_the_staff_questions_follow_the_course_then_the_through_line():
     assert "1.3 GB" in review.staff_question("reload-or-recompute").answer
     with pytest.raises(KeyError, match="choose one of"):
         review.staff_question("sharding")
+
+
+def test_the_fused_tp_row_counts_sequences_in_words():
+    assert "decoding 1 sequence:" in review.fused_tp(8, 1).evidence
+    assert "decoding 16 sequences:" in review.fused_tp().evidence

@@ -22,9 +22,8 @@ from course_lib.perf.tp_all_reduce import (
     tp_message_bytes,
     two_shot_crossover_bytes,
     two_shot_time,
-    vllm_kernel,
-    vllm_two_shot_from,
 )
+from course_lib.perf import vllm_all_reduce
 from course_lib.perf.units import KiB, format_bytes
 from course_lib.quiz.bank import load_bank
 
@@ -117,47 +116,44 @@ def test_one_shot_max_tokens_is_where_fastest_stops_saying_one_shot():
     assert one_shot_max_tokens(8, 8192, alpha_s=1e-8) == 0  # K* below one token's 16 KiB
 
 
-def test_vllm_thresholds_and_the_alpha_that_matches_them():
-    """vLLM's custom all-reduce: one-stage always on 2 GPUs, below 512 KiB up to 4, below 256 KiB up to 8."""
-    assert vllm_kernel(2, 1 << 30) == "one-shot" and vllm_two_shot_from(2) is None
-    assert vllm_kernel(4, 512 * KiB - 1) == "one-shot" and vllm_kernel(4, 512 * KiB) == "two-shot"
-    assert vllm_kernel(8, 256 * KiB - 1) == "one-shot" and vllm_kernel(8, 256 * KiB) == "two-shot"
-    with pytest.raises(ValueError, match="2, 4, 6 or 8 GPUs"):
-        vllm_kernel(16, 1)
+def test_the_alpha_that_makes_this_model_leave_one_shot_where_vllm_does():
     for n in (4, 6, 8):
-        alpha = alpha_for_crossover(n, vllm_two_shot_from(n))
-        assert two_shot_crossover_bytes(n, alpha) == pytest.approx(vllm_two_shot_from(n))
+        limit = vllm_all_reduce.one_shot_below(n)
+        assert two_shot_crossover_bytes(n, alpha_for_crossover(n, limit)) == pytest.approx(limit)
+    assert vllm_all_reduce.one_shot_below(8) == 256 * KiB
     assert alpha_for_crossover(8, 256 * KiB) == pytest.approx(3.06e-6, abs=0.01e-6)  # 3x the preset's 1 us
     with pytest.raises(ValueError, match="never overtakes"):
         alpha_for_crossover(2, 256 * KiB)
 
 
-def test_256_kib_on_eight_gpus_has_one_answer():
-    """Lesson 08's table row of 16 tokens, the review's row and vLLM all say two-shot; on 4 GPUs one-shot."""
+def test_256_kib_on_eight_gpus_has_one_answer_and_vllm_another():
+    """Lesson 08's 16-token row and the review's row: this model picks two-shot on 8 GPUs, one-shot on
+    4. vLLM on 8 H100s takes it off its custom kernel (which stops strictly below 256 KiB, always
+    one-shot there) and runs PyTorch's multimem all-reduce; on 4 it runs one-shot too."""
     size = tp_message_bytes(16, 8192)
     assert size == 256 * KiB
-    assert fastest(8, size) == vllm_kernel(8, size) == "two-shot"
-    assert fastest(4, size) == vllm_kernel(4, size) == "one-shot"
+    assert fastest(8, size) == "two-shot" and vllm_all_reduce.route(8, size) == vllm_all_reduce.MULTIMEM
+    assert fastest(4, size) == "one-shot" == vllm_all_reduce.ALGORITHMS[vllm_all_reduce.route(4, size)]
 
 
-@pytest.mark.parametrize("n", [2, 4, 6, 8])
+@pytest.mark.parametrize("n", [2, 3, 4, 6, 8])
 def test_the_crossover_line_quotes_the_model_and_vllm(n):
-    line = crossover_in_tokens(n, 8192)
+    lines = crossover_in_tokens(n, 8192).splitlines()
     most = one_shot_max_tokens(n, 8192)
     if most is None:
-        assert "one-shot at every size (two-shot never wins)" in line
+        assert lines[0].endswith("one-shot at every size (two-shot never wins)")
     else:
-        assert f"two-shot from {format_bytes(two_shot_crossover_bytes(n))}" in line
-        assert f"one-shot for 1 to {most} tokens, two-shot from {most + 1}" in line
-    switch = vllm_two_shot_from(n)
-    vllm = line.split("vLLM's custom all-reduce: ")[1]
-    assert vllm == "one-shot at every size" if switch is None else vllm.startswith(
-        f"two-shot from {format_bytes(switch)} ({switch // tp_message_bytes(1, 8192)} tokens)")
-
-
-def test_the_crossover_line_refuses_a_world_size_vllm_has_no_kernel_for():
-    with pytest.raises(ValueError, match="2, 4, 6 or 8"):
-        crossover_in_tokens(3, 8192)
+        assert f"one-shot for 1 to {most} tokens, two-shot from {most + 1}" in lines[0]
+        assert f"(K* = {format_bytes(two_shot_crossover_bytes(n))})" in lines[0]
+    phrases = vllm_all_reduce.phrases(n)
+    assert lines[1].strip() == f"vLLM on {n} H100s, by message size:"
+    assert [line.strip().split(": 1 to")[0] for line in lines[2:2 + len(phrases)]] == phrases
+    limit = vllm_all_reduce.one_shot_below(n)
+    if limit is not None:
+        assert lines[2].endswith(f": 1 to {(limit - 1) // tp_message_bytes(1, 8192)} tokens")
+    if limit is not None and n >= 3:
+        assert f"α = {alpha_for_crossover(n, limit) * 1e6:.2f} µs instead of 1 µs" in lines[-1]
+    assert all(len(line) <= 100 for line in lines), "long lines wrap mid-word in the notebook"
 
 
 def test_quiz_08_crossover_question_is_this_models_k_star():
@@ -167,3 +163,17 @@ def test_quiz_08_crossover_question_is_this_models_k_star():
     star = two_shot_crossover_bytes(int(n), float(alpha_us) * 1e-6, float(gb_s) * 1e9)
     assert question.check(star / 1000).correct  # KB, as the prompt asks
     assert not question.check(star / 1024 * 0.9).correct
+
+
+def test_quiz_08_crossover_question_flags_its_link_against_the_lessons():
+    """Its link is not the lesson's: the prompt says so, and a learner who types the lesson's K* (in
+    KB or KiB) is told which α and B this question uses."""
+    question = load_bank("08_fused_tp").question("crossover-size")
+    lesson = f"a = {DEFAULT_ALPHA_S * 1e6:g} µs and B = {DEFAULT_BANDWIDTH / 1e9:g} GB/s"
+    assert lesson in question.prompt
+    n, alpha_us, gb_s = re.search(r"N = (\d+), a = ([\d.]+) µs and B = ([\d.]+) GB/s", question.prompt).groups()
+    assert (float(alpha_us) * 1e-6, float(gb_s) * 1e9) != (DEFAULT_ALPHA_S, DEFAULT_BANDWIDTH)
+    for typed in (two_shot_crossover_bytes(int(n)) / 1000, two_shot_crossover_bytes(int(n)) / 1024):
+        feedback = question.check(round(typed, 1))
+        assert not feedback.correct and f"a = {alpha_us} µs and B = {gb_s} GB/s" in feedback.message
+    assert f"K* is {two_shot_crossover_bytes(int(n)) / 1000:.1f} KB" in question.explanation

@@ -2,10 +2,11 @@
 alpha-beta model.
 
 Tensor parallelism all-reduces the activations twice per layer (after attention, after the MLP),
-tokens x hidden x dtype bytes each time: at decode a few KiB to a few hundred KiB, where the
-latency of each round, not bandwidth, sets the time. For a message of K bytes on N GPUs that
-can each move B bytes per second to their peers (NVSwitch: every pair at full speed) and pay
-alpha seconds per synchronisation round:
+tokens x hidden x dtype bytes each time: at decode a few KiB to a few MiB, where the latency of
+each round weighs as much as the bytes: one-shot (one round) wins the smallest messages, two-shot
+(the ring's bytes in two rounds) the larger ones, from a size K* that falls with N. For a message
+of K bytes on N GPUs that can each move B bytes per second to their peers (NVSwitch: every pair
+at full speed) and pay alpha seconds per synchronisation round:
 
   one-shot   t1 = alpha + (N-1) K / B            one round: every rank reads all N-1 peers'
                                                  whole buffers and sums locally
@@ -32,18 +33,21 @@ Defaults: the ``NVLINK_4`` preset of ``course_lib.perf.interconnect`` (H100 SXM,
 way: NVIDIA's datasheet's 900 GB/s counts both directions; alpha 1 us, a typical order of
 magnitude, not a measurement).
 
-vLLM chooses by measured thresholds instead (``VLLM_ONE_STAGE_BELOW``); ``alpha_for_crossover``
-gives the alpha at which this model would agree with them, and ``crossover_in_tokens`` states
-both, in bytes and in tokens of a model's activations.
+vLLM chooses by measured thresholds instead, and has a third algorithm for larger messages
+(``course_lib.perf.vllm_all_reduce``: on 8 H100s its custom kernel's one-shot below 256 KiB,
+PyTorch's multimem all-reduce from there); ``alpha_for_crossover`` gives the alpha at which this
+model would stop one-shot where vLLM does, and ``crossover_in_tokens`` states both, in bytes and
+in tokens of a model's activations.
 """
 
 from __future__ import annotations
 
 from course_lib.checks import require_count, require_positive
 from course_lib.perf.comm import RING, AllReduceCost, crossover_bytes
+from course_lib.perf import vllm_all_reduce
 from course_lib.perf.comm_roofline import BF16_BYTES
 from course_lib.perf.interconnect import NVLINK_4, get_link
-from course_lib.perf.units import KiB, format_bytes
+from course_lib.perf.units import format_bytes
 
 DEFAULT_LINK = get_link(NVLINK_4)
 """Where the defaults come from: NVLink 4 on H100, alpha 1 us, 450 GB/s per GPU each way."""
@@ -54,12 +58,6 @@ ONE_SHOT = AllReduceCost("one-shot", lambda n: 1, lambda n: n - 1)
 TWO_SHOT = AllReduceCost("two-shot", lambda n: 2, lambda n: 2 * (n - 1) / n)
 TP_ALGORITHMS: dict[str, AllReduceCost] = {cost.name: cost for cost in (ONE_SHOT, TWO_SHOT, RING)}
 """The three contenders by name: "one-shot", "two-shot", "ring" (the ring is perf.comm's)."""
-
-VLLM_ONE_STAGE_BELOW: dict[int, int] = {4: 512 * KiB, 6: 256 * KiB, 8: 256 * KiB}
-"""vLLM's custom all-reduce (``csrc/custom_all_reduce.cuh`` in vllm-project/vllm) on GPUs that are
-all NVLink-connected: its one-stage kernel (one-shot) below these sizes, its two-stage kernel
-(two-shot) from them; on 2 GPUs one-stage at every size. Found by measuring, set per number of
-GPUs only, the same on every GPU generation."""
 
 ALL_REDUCES_PER_LAYER = 2
 """A transformer layer under tensor parallelism all-reduces twice forward: after attention's
@@ -139,23 +137,6 @@ def tp_all_reduces_per_forward(num_layers: int) -> int:
     return ALL_REDUCES_PER_LAYER * num_layers
 
 
-def vllm_two_shot_from(num_ranks: int) -> int | None:
-    """The size from which vLLM's custom all-reduce launches two-shot on ``num_ranks`` (2, 4, 6 or
-    8) fully NVLink-connected GPUs (``VLLM_ONE_STAGE_BELOW``); None on 2 GPUs, where it never does."""
-    if num_ranks == 2:
-        return None
-    if num_ranks not in VLLM_ONE_STAGE_BELOW:
-        raise ValueError(f"vLLM's custom all-reduce runs on 2, 4, 6 or 8 GPUs, not {num_ranks}.")
-    return VLLM_ONE_STAGE_BELOW[num_ranks]
-
-
-def vllm_kernel(num_ranks: int, num_bytes: float) -> str:
-    """"one-shot" or "two-shot": the kernel vLLM's custom all-reduce launches for ``num_bytes`` on
-    ``num_ranks`` fully NVLink-connected GPUs (``vllm_two_shot_from``)."""
-    switch = vllm_two_shot_from(num_ranks)
-    return "one-shot" if switch is None or num_bytes < switch else "two-shot"
-
-
 def alpha_for_crossover(num_ranks: int, crossover_bytes: float, bandwidth: float = DEFAULT_BANDWIDTH) -> float:
     """The alpha per round that puts K* at ``crossover_bytes``: K* (N-1)(N-2) / (B N), inverting
     ``two_shot_crossover_bytes``; only for N >= 3, where two-shot can win at all."""
@@ -175,30 +156,28 @@ def one_shot_max_tokens(num_ranks: int, hidden: int, alpha_s: float = DEFAULT_AL
     return None if star is None else int(star // tp_message_bytes(1, hidden, dtype_bytes))
 
 
-def _tokens(num_bytes: float, per_token: int) -> int:
-    """The fewest tokens whose activations reach ``num_bytes``."""
-    return max(1, -(-int(num_bytes) // per_token))
-
-
 def crossover_in_tokens(num_ranks: int, hidden: int, alpha_s: float = DEFAULT_ALPHA_S,
-                        bandwidth: float = DEFAULT_BANDWIDTH, dtype_bytes: int = BF16_BYTES) -> str:
-    """Two lines: where two-shot overtakes one-shot on ``num_ranks`` GPUs in this model, in bytes
-    and in tokens of ``hidden`` activations; then vLLM's measured switch (``vllm_kernel``) and the
-    alpha that would make this model agree with it."""
+                        bandwidth: float = DEFAULT_BANDWIDTH, dtype_bytes: int = BF16_BYTES,
+                        capability: str = vllm_all_reduce.HOPPER) -> str:
+    """A few short lines: where two-shot overtakes one-shot on ``num_ranks`` GPUs in this model, in
+    tokens of ``hidden`` activations and in bytes; then what vLLM runs at each size on GPUs of that
+    compute ``capability`` (``vllm_all_reduce.phrases``, its one-shot range in tokens too), and
+    the alpha at which this model would leave one-shot where vLLM does."""
     per_token = tp_message_bytes(1, hidden, dtype_bytes)
     most = one_shot_max_tokens(num_ranks, hidden, alpha_s, bandwidth, dtype_bytes)
     if most is None:
         model = "one-shot at every size (two-shot never wins)"
     else:
-        star = two_shot_crossover_bytes(num_ranks, alpha_s, bandwidth)
-        model = (f"two-shot from {format_bytes(star)}, so "
-                 + (f"one-shot for 1 to {most} tokens, two-shot from {most + 1}" if most else
-                    "two-shot from a single token"))
-    switch = vllm_two_shot_from(num_ranks)
-    if switch is None:
-        vllm = "one-shot at every size"
-    else:
-        vllm = (f"two-shot from {format_bytes(switch)} ({_tokens(switch, per_token)} tokens), where this "
-                f"model puts it with α = {alpha_for_crossover(num_ranks, switch, bandwidth) * 1e6:.2f} µs "
-                f"instead of {alpha_s * 1e6:g} µs")
-    return f"N={num_ranks}: this model: {model}\n     vLLM's custom all-reduce: {vllm}"
+        star = format_bytes(two_shot_crossover_bytes(num_ranks, alpha_s, bandwidth))
+        model = (f"one-shot for 1 to {most} tokens, two-shot from {most + 1} (K* = {star})" if most else
+                 f"two-shot from a single token (K* = {star})")
+    gpus = vllm_all_reduce.GPU_NAMES.get(capability, f"sm_{capability} GPUs")
+    lines = [f"N={num_ranks}: this model: {model}", f"     vLLM on {num_ranks} {gpus}, by message size:"]
+    limit = vllm_all_reduce.one_shot_below(num_ranks, capability)
+    for i, phrase in enumerate(vllm_all_reduce.phrases(num_ranks, capability)):
+        tokens = f": 1 to {(limit - 1) // per_token} tokens" if i == 0 and limit is not None else ""
+        lines.append(f"       {phrase}{tokens}")
+    if limit is not None and num_ranks >= 3:
+        lines.append(f"     this model leaves one-shot where vLLM does with α = "
+                     f"{alpha_for_crossover(num_ranks, limit, bandwidth) * 1e6:.2f} µs instead of {alpha_s * 1e6:g} µs")
+    return "\n".join(lines)

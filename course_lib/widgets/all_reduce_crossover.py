@@ -3,18 +3,24 @@
 ``course_lib.collectives.symmetric.benchmark``, in one plotly pane redrawn in place.
 
 Model mode marks where two-shot overtakes one-shot (K* = alpha B N / ((N-1)(N-2)), never on
-N = 2) and where one-shot stops beating the ring, and says where vLLM's measured switch sits;
-measured mode marks the crossover that ``symmetric.crossovers`` finds in the rows.
+N = 2) and where one-shot stops beating the ring, and says what vLLM runs on H100s
+(``course_lib.perf.vllm_all_reduce``); measured mode reads the rows' crossovers
+(``read_crossover``), reporting one only where the rows show it beyond noise.
 """
 
 from __future__ import annotations
 
+import json
+
 import ipywidgets as w
 import numpy as np
 import plotly.graph_objects as go
+from IPython.display import display
 
 from course_lib.collectives.symmetric import crossovers
+from course_lib.paths import RESULTS_DIR
 from course_lib.perf.comm import LINKS
+from course_lib.perf import vllm_all_reduce
 from course_lib.perf.tp_all_reduce import (
     DEFAULT_ALPHA_S,
     DEFAULT_BANDWIDTH,
@@ -23,7 +29,6 @@ from course_lib.perf.tp_all_reduce import (
     alpha_for_crossover,
     one_shot_ring_crossover_bytes,
     two_shot_crossover_bytes,
-    vllm_two_shot_from,
 )
 from course_lib.perf.units import KiB, format_bytes
 from course_lib.widgets.crossover import log_options
@@ -36,6 +41,11 @@ TICKS = [KiB * 4**k for k in range(9)]
 RANK_OPTIONS = (2, 3, 4, 8, 16)
 COLOURS = {"one-shot": "#1f77b4", "two-shot": "#ff7f0e", "ring": "#2ca02c"}
 DASHES = {"one-shot": "solid", "two-shot": "dash", "ring": "solid"}  # at N = 2 two-shot lies on the ring
+DRAWN = ("one-shot", "ring", "two-shot")
+"""Drawing order: two-shot last, so that its dashes show on top of the ring where they coincide."""
+NOISE = 0.1
+"""A measured crossover counts only if, below it, the slower algorithm was ahead by more than this
+share at some size: differences smaller than that come and go between runs on a shared CPU."""
 MEASURED = {"one_shot_s": ("one-shot", "#1f77b4", "solid"), "two_shot_s": ("two-shot", "#ff7f0e", "solid"),
             "ring_s": ("hand-written ring (collectives/ring.py)", "#2ca02c", "dash"),
             "gloo_s": ("gloo's dist.all_reduce", "#9467bd", "dot"),
@@ -48,9 +58,11 @@ MODEL, MEASURED_MODE = "model", "measured"
 
 
 def _axes(figure: go.Figure, title: str) -> go.Figure:
+    """Log axes, the x ticks at the sizes of ``TICKS``, the y ticks one per decade written in full
+    ("1,000"), with no bare "2" or "5" between them."""
     figure.update_xaxes(type="log", title_text="message size K (bytes, log scale)", tickvals=TICKS,
                         ticktext=[format_bytes(t) for t in TICKS])
-    figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)")
+    figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)", dtick=1, tickformat=",")
     figure.update_layout(title=title, height=460, legend={"orientation": "h", "y": -0.22}, margin={"t": 80, "b": 120})
     return figure
 
@@ -62,18 +74,20 @@ def _vertical(figure: go.Figure, x: float, low: float, high: float, colour: str)
 
 
 def vllm_text(num_ranks: int, bandwidth: float) -> str:
-    """Where vLLM's measured switch sits for ``num_ranks`` GPUs (``tp_all_reduce.vllm_two_shot_from``),
-    and the alpha at which this model, at ``bandwidth``, would put K* there."""
-    try:
-        switch = vllm_two_shot_from(num_ranks)
-    except ValueError:
-        return f"vLLM's custom all-reduce has no kernel for {num_ranks} GPUs (it runs on 2, 4, 6 or 8)."
-    if switch is None:
-        return f"vLLM's custom all-reduce, tuned by measurement, also runs one-shot at every size on {num_ranks} GPUs."
-    alpha = alpha_for_crossover(num_ranks, switch, bandwidth)
-    return (f"vLLM's custom all-reduce, tuned by measurement on NVLink, switches to two-shot at "
-            f"{format_bytes(switch)} on {num_ranks} GPUs: this model puts K* there with α = {alpha * 1e6:.2f} µs "
-            f"at {bandwidth / 1e9:g} GB/s.")
+    """What vLLM runs on ``num_ranks`` H100s at each size (``vllm_all_reduce.describe``), and the
+    alpha at which this model, at ``bandwidth``, would leave one-shot where vLLM does."""
+    gpus = vllm_all_reduce.GPU_NAMES[vllm_all_reduce.HOPPER]
+    routes = vllm_all_reduce.describe(num_ranks)
+    limit = vllm_all_reduce.one_shot_below(num_ranks)
+    if limit is None:
+        return (f"vLLM on {num_ranks} {gpus}: {routes} (its own all-reduces run on "
+                f"{', '.join(map(str, vllm_all_reduce.CUSTOM_SIZES[:-1]))} or {vllm_all_reduce.CUSTOM_SIZES[-1]} GPUs).")
+    text = f"vLLM on {num_ranks} {gpus}, by measured thresholds: {routes}."
+    if num_ranks < 3:
+        return text
+    alpha = alpha_for_crossover(num_ranks, limit, bandwidth)
+    return (f"{text} This model leaves one-shot at {format_bytes(limit)}, where vLLM does, with "
+            f"α = {alpha * 1e6:.2f} µs at {bandwidth / 1e9:g} GB/s.")
 
 
 def model_crossover_text(num_ranks: int, alpha_s: float, bandwidth: float) -> str:
@@ -104,8 +118,12 @@ def model_figure(num_ranks: int, alpha_s: float = DEFAULT_ALPHA_S, bandwidth: fl
     figure = go.Figure()
     times = {name: [all_reduce_time(name, num_ranks, k, alpha_s, bandwidth) * 1e6 for k in SIZES]
              for name in TP_ALGORITHMS}
-    for name, values in times.items():
-        figure.add_trace(go.Scatter(x=SIZES, y=values, mode="lines", name=name,
+    for name in DRAWN:
+        label = name
+        if name == "two-shot" and times["two-shot"] == times["ring"]:
+            label = f"two-shot (on the ring's line: at N = {num_ranks} both take 2 rounds and move K)"
+        figure.add_trace(go.Scatter(x=SIZES, y=times[name], mode="lines", name=label,
+                                    legendrank=list(TP_ALGORITHMS).index(name),
                                     line={"color": COLOURS[name], "dash": DASHES[name], "width": 2.5},
                                     hovertemplate=f"{name}: %{{x:.3s}}B in %{{y:.3g}} µs<extra></extra>"))
     low, high = min(map(min, times.values())), max(map(max, times.values()))
@@ -125,24 +143,58 @@ def model_figure(num_ranks: int, alpha_s: float = DEFAULT_ALPHA_S, bandwidth: fl
                          f"{bandwidth / 1e9:g} GB/s per GPU")
 
 
+def read_crossover(rows: list[dict], faster: str, slower: str) -> tuple[str, int | None]:
+    """Where column ``faster`` (e.g. "two_shot") overtakes ``slower`` in ``rows``, read as
+    ``symmetric.crossovers`` does (faster at that size and every larger one) and then checked
+    against noise: ("from", size) when, below that size, ``slower`` was ahead by more than
+    ``NOISE`` somewhere; ("everywhere", None) when ``faster`` wins or ties within noise at every
+    size, so the rows show no crossover; ("never", None) when it is not faster at the largest."""
+    at = crossovers(rows)[f"{faster}_over_{slower}"]
+    if at is None:
+        return "never", None
+    below = [row for row in rows if row["bytes"] < at]
+    if any(row[f"{faster}_s"] > (1 + NOISE) * row[f"{slower}_s"] for row in below):
+        return "from", at
+    return "everywhere", None
+
+
+def measured_summary(rows: list[dict]) -> list[str]:
+    """One short sentence per pairing that ``symmetric.crossovers`` finds in ``rows``, each read
+    by ``read_crossover``."""
+    smallest, largest = format_bytes(rows[0]["bytes"]), format_bytes(rows[-1]["bytes"])
+    lines = []
+    for key in crossovers(rows):
+        faster, slower = key.split("_over_")
+        kind, at = read_crossover(rows, faster, slower)
+        first, second = SHORT_NAMES.get(faster, faster), SHORT_NAMES.get(slower, slower)
+        if kind == "from":
+            lines.append(f"{first} beats {second} from {format_bytes(at)} on")
+        elif kind == "never":
+            lines.append(f"{first} is not faster than {second} at {largest}, the largest size: no crossover")
+        elif all(row[f"{faster}_s"] < (1 - NOISE) * row[f"{slower}_s"] for row in rows):
+            lines.append(f"{first} beats {second} at every size, {smallest} to {largest}")
+        else:
+            lines.append(f"{first} is ahead of {second} or within {NOISE:.0%} at every size: no crossover")
+    return lines
+
+
 def measured_crossover_text(rows: list[dict]) -> str:
-    """``symmetric.crossovers(rows)`` in words, every pairing it finds."""
-    found = crossovers(rows)
-    parts = []
-    for key, at in found.items():
-        faster, slower = (SHORT_NAMES.get(name, name) for name in key.split("_over_"))
-        parts.append(f"{faster} beats {slower} from {format_bytes(at)} on" if at is not None else
-                     f"{faster} is not faster than {slower} at the largest size measured")
-    star = found["two_shot_over_one_shot"]
-    head = (f"<b>Measured: two-shot overtakes one-shot at {format_bytes(star)}</b>" if star is not None else
-            "<b>Measured: two-shot never overtakes one-shot</b> (not faster at the largest size)")
-    return f"{head}. In these rows {'; '.join(parts)}."
+    """The verdict above the measured figure: the two-shot/one-shot reading in bold, then
+    ``measured_summary``."""
+    kind, at = read_crossover(rows, "two_shot", "one_shot")
+    if kind == "from":
+        head = f"Measured: two-shot overtakes one-shot at {format_bytes(at)}"
+    elif kind == "never":
+        head = "Measured: two-shot never overtakes one-shot in these rows"
+    else:
+        head = "Measured: no crossover; two-shot is ahead of one-shot, or within noise, at every size"
+    return f"<b>{head}</b>. In these rows: {'; '.join(measured_summary(rows))}."
 
 
 def measured_figure(rows: list[dict], world_size: int | None = None) -> go.Figure:
     """Rows of ``symmetric.benchmark`` (``bytes`` and the seconds of each column of ``MEASURED``
     they hold) as markers joined by lines, in µs, and a star on the two-shot point where
-    ``symmetric.crossovers`` says two-shot overtakes one-shot (none when it never does)."""
+    ``read_crossover`` finds two-shot overtaking one-shot (none when the rows show no crossover)."""
     figure = go.Figure()
     sizes = [row["bytes"] for row in rows]
     columns = [column for column in MEASURED if column in rows[0]]
@@ -151,8 +203,8 @@ def measured_figure(rows: list[dict], world_size: int | None = None) -> go.Figur
         figure.add_trace(go.Scatter(x=sizes, y=[row[column] * 1e6 for row in rows], mode="lines+markers", name=label,
                                     line={"color": colour, "dash": dash},
                                     hovertemplate=f"{label}: %{{x:.3s}}B in %{{y:.3g}} µs<extra></extra>"))
-    star = crossovers(rows)["two_shot_over_one_shot"]
-    if star is not None:
+    kind, star = read_crossover(rows, "two_shot", "one_shot")
+    if kind == "from":
         values = [row[column] * 1e6 for row in rows for column in columns]
         _vertical(figure, star, min(values), max(values), "#d62728")
         at = next(row for row in rows if row["bytes"] == star)
@@ -170,8 +222,9 @@ class AllReduceCrossover(w.VBox):
     """Sliders for N, α (µs) and bandwidth (GB/s) over the model; with measured rows (passed in, or
     later with ``set_measured``) a toggle shows them instead. Invariants: ``pane`` and ``verdict``
     are the same widgets after every change (redrawn in place); in measured mode the sliders are
-    disabled, since they do not change what was measured. It opens on the rows when given (the N
-    slider at their ``world_size``), and hides the toggle while there are none."""
+    hidden (``slider_rows``), since they do not describe what was measured, and they come back with
+    the model's settings as they were. It opens on the rows when given (the N slider at their
+    ``world_size``), and hides the toggle while there are none."""
 
     def __init__(self, rows: list[dict] | None = None, world_size: int | None = None, num_ranks: int = 8,
                  alpha_us: float = DEFAULT_ALPHA_S * 1e6, bandwidth_gb_s: float = DEFAULT_BANDWIDTH / 1e9) -> None:
@@ -193,8 +246,8 @@ class AllReduceCrossover(w.VBox):
         self.mode.observe(lambda _: self.redraw(), "value")
         for control in (self.num_ranks, self.alpha_us, self.bandwidth):
             control.observe(lambda _: self.redraw(), "value")
-        sliders = [with_readout(slider) for slider in (self.num_ranks, self.alpha_us, self.bandwidth)]
-        super().__init__([self.mode, *sliders, self.verdict, self.pane])
+        self.slider_rows = [with_readout(slider) for slider in (self.num_ranks, self.alpha_us, self.bandwidth)]
+        super().__init__([self.mode, *self.slider_rows, self.verdict, self.pane])
         self.redraw()
 
     def set_measured(self, rows: list[dict], world_size: int | None = None) -> None:
@@ -211,8 +264,8 @@ class AllReduceCrossover(w.VBox):
     @one_at_a_time
     def redraw(self) -> None:
         measured = self.mode.value == MEASURED_MODE
-        for slider in (self.num_ranks, self.alpha_us, self.bandwidth):
-            slider.disabled = measured
+        for row in self.slider_rows:
+            row.layout.display = "none" if measured else None
         if measured and not self.rows:
             self.verdict.value = ("No measurements yet: run <code>symmetric.benchmark(world_size)</code> and pass "
                                   "its rows to <code>set_measured</code>.")
@@ -224,3 +277,28 @@ class AllReduceCrossover(w.VBox):
             n, alpha, bandwidth = self.num_ranks.value, self.alpha_us.value * 1e-6, self.bandwidth.value * 1e9
             self.verdict.value = model_crossover_text(n, alpha, bandwidth)
             self.pane.show(model_figure(n, alpha, bandwidth))
+
+
+def saved_gpu_runs() -> list[tuple[str, dict]]:
+    """(file name, result) of every ``./course gpu-report`` in ``RESULTS_DIR`` whose tensor-parallel
+    part passed: the symmetric-memory all-reduces measured on GPUs (``rows``, ``world_size``)."""
+    runs = []
+    for path in sorted(RESULTS_DIR.glob("gpu_report_*.json")):
+        part = json.loads(path.read_text(encoding="utf-8"))["parts"].get("tensor_parallel", {})
+        if part.get("status") == "passed":
+            runs.append((path.name, part["result"]))
+    return runs
+
+
+def show_saved_runs() -> None:
+    """For each of ``saved_gpu_runs``, its ``measured_summary`` and an ``AllReduceCrossover`` of its
+    rows; where none is saved, how to make one."""
+    runs = saved_gpu_runs()
+    if not runs:
+        print("No GPU run saved yet: on a machine with 2 or more GPUs, `./course gpu-report` measures one-shot and "
+              "two-shot all-reduce on NVLink and saves it in benchmarks/results/, and this cell then draws it.")
+    for name, result in runs:
+        print(f"{name}, {result['world_size']} GPUs:")
+        for line in measured_summary(result["rows"]):
+            print(f"  {line}")
+        display(AllReduceCrossover(result["rows"], world_size=result["world_size"]))
