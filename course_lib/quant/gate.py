@@ -418,11 +418,18 @@ def evaluate(baseline, schemes, data: HeldOut | None = None, *, windows: int = 9
     return GateResult(baseline_info, results, thresholds, settings, time.perf_counter() - started)
 
 
+def breakdown(result: GateResult) -> tuple[list[str], list[str]]:
+    """The result's context-length buckets and the sections of the text that hold tokens, in order:
+    the columns of the table and the bars of the chart."""
+    base = result.baseline["bits_per_byte"]
+    return list(base["buckets"]), [s for s in SECTIONS if base["sections"][s]["tokens"]]
+
+
 def table_rows(result: GateResult) -> tuple[list[str], list[list[str]]]:
     """The gate's table as text cells: the header, the baseline's row (its own bits/byte in
     parentheses), then one row per scheme with its verdict last."""
     base = result.baseline["bits_per_byte"]
-    buckets, sections = list(base["buckets"]), [s for s in SECTIONS if base["sections"][s]["tokens"]]
+    buckets, sections = breakdown(result)
     head = (["scheme", "bpb", "d overall"] + [f"d pos {b}" for b in buckets] + [f"d {s}" for s in sections]
             + ["agree", "ident", "struct", "verdict"])
     rows = [["fp32", f"{base['bits_per_byte']:.4f}", "-"] + [f"({base['buckets'][b]['bits_per_byte']:.3f})"

@@ -72,10 +72,43 @@ def test_the_table_shows_every_scheme_its_numbers_and_verdict(result):
     from course_lib.widgets.gate_chart import gate_table_html
 
     page = gate_table_html(result)
-    assert page.count("<tr>") == 1 + 1 + len(result.schemes)  # header, baseline, one per scheme
+    assert page.count("<tr>") == 2 + 1 + len(result.schemes)  # two header rows, baseline, one per scheme
     for s in result.schemes:
         assert f">{s.scheme}<" in page and f"{s.delta['overall']:+.4f}" in page
         assert ("PASS" if s.passed else "FAIL (") in page
     halved = next(s for s in result.schemes if s.scheme == "halved")
     assert not halved.passed and "FAIL (bpb_overall" in page
     assert "white-space:nowrap" in page and "structure kept" in page and "fp32" in page
+
+
+def test_the_table_fits_a_notebook_output_area(result):
+    """Its 13 columns were 114 characters at their widest cells, 'struct' and 'verdict' cut off: the loss
+    columns now share one heading and keep short labels, and a FAIL's reasons may wrap."""
+    import re
+
+    from course_lib.widgets.gate_chart import gate_table_html
+
+    page = gate_table_html(result)
+    rows = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row) for row in re.findall(r"<tr>(.*?)</tr>", page)]
+    header_labels = rows[1]  # the short labels under 'bits/byte above the float32 model'
+    body = rows[2:]
+    widths = [max(len(r[i]) for r in body) for i in range(len(body[0]) - 1)]  # every column but the verdict
+    widths[2:2 + len(header_labels)] = [max(w, len(h)) for w, h in zip(widths[2:], header_labels)]
+    for i, name in ((0, "scheme"), (1, "bpb")):
+        widths[i] = max(widths[i], len(name))
+    assert sum(widths) + len("verdict") <= 100, widths
+    assert "rowspan='2'" in page and "colspan='" in page
+    verdicts = re.findall(r"<td style='([^']*)'>(?:PASS|FAIL)", page)
+    assert verdicts and all("nowrap" not in style for style in verdicts)
+
+
+def test_both_panels_share_one_scale_and_one_rule_for_the_limit(result):
+    """The panels had different y scales, and the limit was drawn only where the tallest bar was near it."""
+    only_int8 = gate.GateResult(result.baseline, [s for s in result.schemes if s.scheme == "int8"],
+                                result.thresholds, result.settings, 0.0)
+    for shown in (result, only_int8):
+        by_bucket, by_section = plot_gate_buckets(shown).axes
+        assert by_bucket.get_ylim() == by_section.get_ylim()
+        drawn = [{line.get_ydata()[0] for line in ax.lines} - {0} for ax in (by_bucket, by_section)]
+        named = [len(ax.texts) for ax in (by_bucket, by_section)]
+        assert (drawn[0] == set()) == (drawn[1] == set()) and named[0] == named[1]
