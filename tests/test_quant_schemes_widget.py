@@ -134,3 +134,24 @@ def test_cards_give_the_checkpoint_size_with_16_bit_embeddings():
     shipped = weight_memory(L70, "W4A16", quantized_embeddings=False) / GB
     assert f"({shipped:.1f} GB as checkpoints ship it" in widget.cards["W4A16"].value and shipped > 39
     assert "as checkpoints ship it" not in widget.cards["BF16"].value  # nothing to keep in 16 bits
+
+
+def test_a_card_counts_the_gpus_a_checkpoint_needs_as_it_ships():
+    """FP8 Llama-3.1-70B on an L4: 70.6 GB fits three L4s only with its embeddings in FP8; as checkpoints ship it
+    (72.7 GB, embeddings and lm_head in 16 bits) it needs four. The card said 3."""
+    l4 = get_gpu("L4-24GB")
+    card = QuantSchemes("Llama-3.1-70B", "L4-24GB", batch=1).cards["FP8-W8A8"].value
+    modelled = min_gpus_for_weights(L70, "FP8-W8A8", l4)
+    shipped = min_gpus_for_weights(L70, "FP8-W8A8", l4, quantized_embeddings=False)
+    assert (modelled, shipped) == (3, 4)
+    assert f"<b>{modelled}</b>, <b>{shipped}</b> as checkpoints ship it (before any KV cache)" in card
+    bf16 = QuantSchemes("Llama-3.1-70B", "H100-80GB", batch=1).cards["BF16"].value
+    assert "as checkpoints ship it" not in bf16  # nothing quantized: one size, one count
+
+
+def test_counts_take_their_plural_and_crowded_log_ticks_are_labelled_in_one_style():
+    widget = QuantSchemes("Llama-3.1-70B", "H100-80GB", batch=1, context_len=131072)
+    assert "1 sequence of 131,072 tokens" in widget.verdict.value and "1 sequences" not in widget.verdict.value
+    assert widget.context_len.label == "131,072"
+    ticks = list(widget.pane.figure.layout.yaxis.ticktext)  # the curves span 15 to 65 tokens/s: under a decade
+    assert 3 <= len(ticks) <= 8 and all(t.replace(",", "").isdigit() for t in ticks)

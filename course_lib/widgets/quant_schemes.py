@@ -31,7 +31,8 @@ from course_lib.perf.quant_cost import (
     scheme_table,
     weight_memory,
 )
-from course_lib.perf.units import GB, format_si
+from course_lib.perf.units import GB, format_si, plural
+from course_lib.widgets.log_number_ticks import label_log_axis
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
 from course_lib.widgets.selection_readout import with_readout
@@ -64,7 +65,8 @@ def unsupported_text(scheme: str, gpu: GPU) -> str:
 
 def scheme_cards(model: ModelSpec, gpu: GPU, batch: int, context_len: int = 1024) -> dict:
     """What the cards show, from the cost model: ``{"best", "kv_bytes", "schemes": {name: {"weight_bytes",
-    "checkpoint_bytes" (embeddings and lm_head in 16 bits), "gpus_for_weights", "room" (sequences whose KV
+    "checkpoint_bytes" (embeddings and lm_head in 16 bits), "gpus_for_weights", "checkpoint_gpus" (the GPUs
+    those checkpoint bytes need), "room" (sequences whose KV
     fits beside the weights on one GPU), "gpus_for_batch", "supported", and where supported "time_s",
     "tokens_per_s", "bound"}}}``. ``kv_bytes`` is the batch's bf16 KV cache, the same for every scheme."""
     (row,) = scheme_table(model, gpu, (batch,), context_len)
@@ -73,6 +75,7 @@ def scheme_cards(model: ModelSpec, gpu: GPU, batch: int, context_len: int = 1024
         card = {"weight_bytes": weight_memory(model, name),
                 "checkpoint_bytes": weight_memory(model, name, quantized_embeddings=False),
                 "gpus_for_weights": min_gpus_for_weights(model, name, gpu),
+                "checkpoint_gpus": min_gpus_for_weights(model, name, gpu, quantized_embeddings=False),
                 "room": max_batch_in_memory(model, name, gpu, context_len),
                 "gpus_for_batch": min_gpus_for_batch(model, name, gpu, batch, context_len),
                 "supported": scheme_available(name, gpu)}
@@ -88,7 +91,7 @@ def kv_line(card: dict, kv_bytes: float, gpu: GPU, batch: int, context_len: int)
     GPUs the weights and KV need together (``min_gpus_for_batch``)."""
     kv = f"KV cache, batch {batch:,} x {context_len:,} tokens: <b>{format_si(kv_bytes, 'B')}</b>"
     if card["gpus_for_batch"] == 1:
-        return f"{kv}, fits (room for {card['room']:,} such sequences)"
+        return f"{kv}, fits (room for {plural(card['room'], 'such sequence')})"
     return (f"{kv}: <b style='color:#cf222e'>does not fit</b> on one {html.escape(gpu.name)} beside the weights "
             f"(room for {card['room']:,}); with them it needs at least <b>{card['gpus_for_batch']}</b> GPUs")
 
@@ -99,24 +102,26 @@ def fit_text(shown: dict, model: ModelSpec, gpu: GPU, batch: int, context_len: i
     if best["gpus_for_batch"] == 1:
         return ""
     return (f"<b style='color:#cf222e'>Batch {batch:,} does not fit on one {html.escape(gpu.name)}:</b> its KV cache "
-            f"alone is {format_si(shown['kv_bytes'], 'B')} ({batch:,} sequences of {context_len:,} tokens of "
-            f"{html.escape(model.name)}, <code>perf/kv.py</code>), while beside {shown['best']}'s weights there is room "
-            f"for {best['room']:,} such sequences in {SERVING_MEMORY_UTILIZATION:.0%} of its memory (vLLM's default "
-            "<code>gpu_memory_utilization</code>). The cards still cost the step on one GPU's roofs, as if it fitted; "
-            f"serving this batch takes at least {best['gpus_for_batch']} GPUs for weights and KV together. ")
+            f"alone is {format_si(shown['kv_bytes'], 'B')} ({plural(batch, 'sequence')} of {context_len:,} tokens "
+            f"of {html.escape(model.name)}, <code>perf/kv.py</code>), while beside {shown['best']}'s weights there is "
+            f"room for {plural(best['room'], 'such sequence')} in {SERVING_MEMORY_UTILIZATION:.0%} of its memory "
+            "(vLLM's default <code>gpu_memory_utilization</code>). The cards still cost the step on one GPU's roofs, "
+            f"as if it fitted; serving this batch takes at least {best['gpus_for_batch']} GPUs for weights and KV "
+            "together. ")
 
 
 def card_html(name: str, card: dict, gpu: GPU, batch: int, winner: bool, kv_bytes: float, context_len: int) -> str:
     """One scheme's card: its numbers, the winner's border, and the static note."""
     border = f"3px solid {WINNER_COLOUR}" if winner else "1px solid #bbb"
     badge = f" <span style='color:{WINNER_COLOUR}'>★ fastest at batch {batch}</span>" if winner else ""
-    gpus = card["gpus_for_weights"]
+    gpus, shipped_gpus = card["gpus_for_weights"], card["checkpoint_gpus"]
     shipped = card["checkpoint_bytes"]
     lines = [f"weight memory: <b>{card['weight_bytes'] / GB:.1f} GB</b>"
              + (f" ({shipped / GB:.1f} GB as checkpoints ship it, embeddings and lm_head in 16 bits)"
                 if shipped != card["weight_bytes"] else ""),
              f"GPUs for the weights ({html.escape(gpu.name)}): <b>{gpus}</b>"
-             + (" (before any KV cache)" if gpus > 1 else ""),
+             + (f", <b>{shipped_gpus}</b> as checkpoints ship it" if shipped_gpus != gpus else "")
+             + (" (before any KV cache)" if max(gpus, shipped_gpus) > 1 else ""),
              kv_line(card, kv_bytes, gpu, batch, context_len)]
     if card["supported"]:
         bound = "bandwidth-bound" if card["bound"] == "memory" else "compute-bound"
@@ -180,6 +185,7 @@ def scheme_figure(model: ModelSpec, gpu: GPU, context_len: int = 1024, batch: in
     figure.update_xaxes(type="log", title_text="decode batch (sequences, log scale)",
                         tickvals=list(BATCH_STOPS), ticktext=[str(b) for b in BATCH_STOPS])
     figure.update_yaxes(type="log", title_text="decode throughput (tokens/s, log scale)")
+    label_log_axis(figure, "y")  # one style; 1-2-5 ticks where the curves span under two decades
     figure.update_layout(title=f"{model.name} on one {gpu.name}, {context_len:,} tokens of context: "
                                f"tokens/s by weight scheme{no_fp8}",
                          height=460, legend={"orientation": "h", "y": -0.22}, margin={"t": 80, "b": 120})
@@ -198,7 +204,7 @@ class QuantSchemes(w.VBox):
         self.gpu = w.Dropdown(options=list(GPUS), value=gpu, description="GPU", style=style)
         self.batch = w.SelectionSlider(options=BATCH_STOPS, value=batch, description="decode batch",
                                        style=style, layout=layout)
-        self.context_len = w.SelectionSlider(options=CONTEXT_STOPS, value=context_len,
+        self.context_len = w.SelectionSlider(options=[(f"{c:,}", c) for c in CONTEXT_STOPS], value=context_len,
                                              description="context (tokens)", style=style, layout=layout)
         self.cards = {name: w.HTML(layout=w.Layout(flex="1 1 250px", min_width="250px", max_width="340px"))
                       for name in SCHEMES}
@@ -206,8 +212,9 @@ class QuantSchemes(w.VBox):
         self.best: str | None = None
         for control in (self.model, self.gpu, self.batch, self.context_len):
             control.observe(lambda _: self.redraw(), "value")
+        cards = w.HBox(list(self.cards.values()), layout=w.Layout(flex_flow="row wrap", grid_gap="6px"))
         super().__init__([w.HTML("<h3>What fits, and which kernel wins?</h3>"), self.model, self.gpu,
-                          with_readout(self.batch), with_readout(self.context_len), w.HBox(list(self.cards.values()), layout=w.Layout(flex_flow="row wrap", grid_gap="6px")), self.verdict, self.pane])
+                          with_readout(self.batch), with_readout(self.context_len), cards, self.verdict, self.pane])
         self.redraw()
 
     @one_at_a_time
