@@ -25,6 +25,7 @@ from course_lib.perf.kv_tiers import (
     reload_bytes,
     reload_time,
     reload_vs_recompute_table,
+    tier_on_gpu,
     weight_read_bound_below,
 )
 from course_lib.perf.models import get_model
@@ -212,3 +213,18 @@ def test_bad_inputs_say_what_to_change(call, match):
 def test_unknown_tier_lists_the_presets():
     with pytest.raises(KeyError, match="choose one of"):
         get_tier("tape")
+
+
+def test_the_cpu_tiers_scale_with_the_gpus_pcie_link_and_the_rest_stay():
+    l4, a100 = get_gpu("L4-24GB"), get_gpu("A100-40GB")
+    for gpu in (l4, a100):
+        for name in (CPU_DRAM, CPU_DRAM_BUSY):
+            tier = tier_on_gpu(get_tier(name), gpu)
+            assert "PCIe Gen4" in tier.name and "Gen5" not in tier.name
+            assert tier.bandwidth == get_tier(name).bandwidth * gpu.pcie_bandwidth / PCIE_GEN5_ONE_WAY
+            assert tier.latency_s == get_tier(name).latency_s and "Scaled by 0.5" in tier.source
+        for name in (GPU_HBM, LOCAL_NVME, POOL_RDMA, POOL_TCP):
+            assert tier_on_gpu(get_tier(name), gpu) == get_tier(name)
+    assert all(tier_on_gpu(tier, H100) is tier for tier in TIERS.values())  # the presets are an H100's
+    with pytest.raises(TypeError, match="KVTier"):
+        tier_on_gpu(CPU_DRAM, l4)

@@ -45,3 +45,10 @@ def test_microseconds_are_written_as_lessons_write_them(path):
     if path.endswith(".ipynb"):  # what the learner reads in sources; stored outputs are refreshed on re-execution
         text = "\n".join(source(c) for c in json.loads(text)["cells"])
     assert not re.search(r"(\d|\})\s?us\b", text), re.search(r".{40}(\d|\})\s?us\b.{0,20}", text)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_lessons_point_learners_at_what_they_can_see_not_at_the_test_suite(lesson):
+    """Lesson 09 sent learners to 'the property tests in tests/engine/test_kv_offload.py'."""
+    text = "\n".join(source(c) for c in cells(lesson))
+    assert not re.search(r"\btests/|\bproperty tests\b|\btest suite\b", text)

@@ -17,6 +17,7 @@ from course_lib.perf.kv_tiers import (
     reload_bytes,
     reload_time,
     recompute_time,
+    tier_on_gpu,
     weight_read_bound_below,
 )
 from course_lib.perf.models import get_model
@@ -35,6 +36,12 @@ H100, A100 = get_gpu("H100-80GB"), get_gpu("A100-80GB")
 L8 = get_model("Llama-3.1-8B")
 
 
+def _seconds(text: str) -> float:
+    """'26.5 ms' -> 0.0265: a duration as the readout writes it."""
+    number, unit = text.split()
+    return float(number.replace(",", "")) * {"s": 1, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}[unit]
+
+
 def _markers(figure):
     return {t.name: t for t in figure.data if t.mode == "markers"}
 
@@ -43,7 +50,7 @@ def test_worked_example_appears():
     widget = ReloadOrRecomputeExplorer(tier=CPU_DRAM, model="Llama-3.1-8B", gpu="H100-80GB", tokens=10_100)
     assert widget.tflops.value == 500.0 and not widget.include_attention.value
     text = widget.readout.value
-    assert "1.32 GB" in text and "26.5 ms" in text and "0.32 s" in text and "reload wins, 12.2x" in text
+    assert "1.32 GB" in text and "26.5 ms" in text and "324 ms" in text and "reload wins, 12.2x" in text
     tier = get_tier(CPU_DRAM)
     assert reload_time(L8, 10_100, tier) == pytest.approx(0.0265, abs=5e-4)
     assert recompute_time(L8, 10_100, H100, flops=500e12) == pytest.approx(0.324, abs=5e-3)
@@ -55,10 +62,10 @@ def test_readout_matches_the_cost_model():
     text = widget.readout.value
     kv = float(re.search(r"<b>([\d.]+) GB</b> of KV", text).group(1))
     assert kv == pytest.approx(reload_bytes(L8, 32_000) / GB, abs=0.005)
-    reload_s = float(re.search(r"Reload from [^:]+: <b>([\d.]+) s", text).group(1))
-    assert reload_s == pytest.approx(reload_time(L8, 32_000, tier), abs=0.005)
-    recompute_s = float(re.search(r"TFLOP/s: <b>([\d.]+) s", text).group(1))
-    assert recompute_s == pytest.approx(recompute_time(L8, 32_000, H100, 500e12, include_attention=True), abs=0.005)
+    reload_s = _seconds(re.search(r"Reload from [^:]+: <b>([^<]+)</b>", text).group(1))
+    assert reload_s == pytest.approx(reload_time(L8, 32_000, tier), rel=0.005)
+    recompute_s = _seconds(re.search(r"TFLOP/s: <b>([^<]+)</b>", text).group(1))
+    assert recompute_s == pytest.approx(recompute_time(L8, 32_000, H100, 500e12, include_attention=True), rel=0.005)
 
 
 SLOW_LINK = KVTier("a far pool", 50e9, 5e-3)  # 5 ms of latency: the crossover (~170 tokens) is in range
@@ -84,7 +91,7 @@ def test_crossover_marker_at_crossover_tokens(tier_name, attention):
     assert list(recompute_curve.y) == pytest.approx([recompute_time(L8, n, H100, 500e12, attention)
                                                      for n in CHART_LENGTHS])
     assert figure.layout.xaxis.type == "log" and figure.layout.yaxis.type == "log"
-    assert "tokens" in figure.layout.xaxis.title.text and "(s," in figure.layout.yaxis.title.text
+    assert "tokens" in figure.layout.xaxis.title.text and "time" in figure.layout.yaxis.title.text
 
 
 def test_slow_tier_crossover_in_the_middle_of_the_chart():
@@ -137,3 +144,35 @@ def test_the_kv_size_takes_a_unit_that_fits(tokens, shown):
     """16 tokens of Llama-3.1-8B are 2.1 MB of KV, not '0.00 GB'."""
     widget = ReloadOrRecomputeExplorer(tier=CPU_DRAM, model="Llama-3.1-8B", tokens=tokens)
     assert f"<b>{shown}</b> of KV" in widget.readout.value and reload_bytes(L8, tokens) == tokens * 131_072
+
+
+def test_labels_have_room_and_time_ticks_carry_their_unit():
+    """'prompt length (tok…' was cut off, and a y tick read '100µ'."""
+    widget = ReloadOrRecomputeExplorer()
+    width_em = float(widget.tokens.style.description_width.removesuffix("em"))
+    assert width_em >= 0.55 * len(widget.tokens.description)  # about half an em a character, with room
+    assert widget.tokens.label == "10,100"
+    ticks = list(widget.pane.figure.layout.yaxis.ticktext)
+    assert ticks and all(re.fullmatch(r"[\d,.]+ (ns|µs|ms|s)", t) for t in ticks), ticks
+
+
+def test_a_flop_rate_too_low_for_a_weight_read_floor_says_so():
+    """At 1 TFLOP/s (what typing 0 clamps to) even one token's FLOPs outlast the weight read: the note
+    said 'below about 0 tokens'."""
+    widget = ReloadOrRecomputeExplorer(tflops=1.0)
+    assert weight_read_bound_below(L8, H100, 1e12) < 1
+    assert "about 0 tokens" not in widget.floor.value and "none at this FLOP/s" in widget.floor.value
+
+
+@pytest.mark.parametrize("gpu", ["L4-24GB", "A100-80GB"])
+def test_the_cpu_tier_rides_the_gpus_own_pcie(gpu):
+    """L4 and A100 are PCIe Gen4 cards: the CPU tier is named Gen4 and moves half of Gen5's bytes a second."""
+    widget = ReloadOrRecomputeExplorer(tier=CPU_DRAM, gpu=gpu, tokens=10_100)
+    assert "Reload from CPU DRAM (PCIe Gen4, DMA)" in widget.readout.value and "Gen5" not in widget.readout.value
+    on_gen4 = tier_on_gpu(get_tier(CPU_DRAM), get_gpu(gpu))
+    assert on_gen4.bandwidth == get_tier(CPU_DRAM).bandwidth / 2
+    assert _seconds(re.search(r"Reload from [^:]+: <b>([^<]+)</b>", widget.readout.value).group(1)) == \
+        pytest.approx(reload_time(L8, 10_100, on_gen4), rel=0.005)
+    widget.gpu.value = "H100-80GB"
+    assert "Reload from CPU DRAM (PCIe Gen5, DMA)" in widget.readout.value
+    assert all("Gen5" not in label for label, _ in widget.tier.options)  # the menu names no generation

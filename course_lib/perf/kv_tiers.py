@@ -29,7 +29,8 @@ Tiers (bandwidth one way, towards the GPU, per GPU; latency is the fixed cost of
                     copies typically reach; it is what the worked example needs (1.3 GB / 26 ms).
                     When stores run at the same time the DMA engines' 83.4 GB/s is shared, 41.7
                     GB/s each way (``CPU_DRAM_BUSY``). Latency 10 us: a copy's launch and DMA
-                    set-up, an order of magnitude, not a measurement.
+                    set-up, an order of magnitude, not a measurement. On a PCIe Gen4 GPU (L4,
+                    A100: 32 GB/s one way) ``tier_on_gpu`` scales both CPU tiers to its link.
   local NVMe        one PCIe Gen4 x4 NVMe SSD: ~7 GB/s sequential read and ~100 us to the first
                     byte, typical datasheet figures for Gen4 drives (a Gen5 drive reads ~12-14
                     GB/s), not a measurement.
@@ -60,7 +61,7 @@ from dataclasses import dataclass
 
 from course_lib.checks import require_count, require_fraction, require_positive
 from course_lib.perf.hardware import GPU, get_gpu
-from course_lib.perf.interconnect import PCIE_GEN5, get_link
+from course_lib.perf.interconnect import PCIE_GEN4, PCIE_GEN5, get_link
 from course_lib.perf.kv import dtype_bytes, model_kv_bytes_per_token
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.roofline import Efficiency
@@ -137,6 +138,27 @@ def get_tier(name: str) -> KVTier:
         return TIERS[name]
     except KeyError:
         raise KeyError(f"Unknown KV tier {name!r}; choose one of {sorted(TIERS)}.") from None
+
+
+PCIE_GENERATIONS = {get_link(PCIE_GEN4).bandwidth: "Gen4", PCIE_GEN5_ONE_WAY: "Gen5"}
+"""The PCIe x16 generation of each one-way bandwidth a GPU preset can have (``GPU.pcie_bandwidth``)."""
+
+
+def tier_on_gpu(tier: KVTier, gpu: GPU) -> KVTier:
+    """``tier`` as seen from ``gpu``. The two CPU DRAM tiers' figures are for PCIe Gen5 x16 (an H100); a
+    GPU on another PCIe link moves them in proportion to its one-way bandwidth, so the L4 and the
+    A100 (PCIe Gen4 x16, 32 GB/s) get half of each, and the tier's name says Gen4. An assumption:
+    the same share of the link as vLLM measured on an H100. The other tiers are unchanged: HBM is
+    the GPU's own, and the drive or the NIC, not the GPU's PCIe slot, bounds NVMe and the pools."""
+    _require_tier(tier)
+    if tier.name not in (CPU_DRAM, CPU_DRAM_BUSY) or gpu.pcie_bandwidth == PCIE_GEN5_ONE_WAY:
+        return tier
+    link = f"PCIe {PCIE_GENERATIONS[gpu.pcie_bandwidth]}" if gpu.pcie_bandwidth in PCIE_GENERATIONS \
+        else f"PCIe at {gpu.pcie_bandwidth / 1e9:g} GB/s"
+    scale = gpu.pcie_bandwidth / PCIE_GEN5_ONE_WAY
+    return KVTier(tier.name.replace("PCIe Gen5", link), tier.bandwidth * scale, tier.latency_s,
+                  f"{tier.source} Scaled by {scale:g} for {gpu.name}'s {link} x16 ({gpu.pcie_bandwidth / 1e9:g} GB/s "
+                  "one way).")
 
 
 def _require_tier(tier: KVTier) -> None:

@@ -30,12 +30,15 @@ from course_lib.perf.kv_tiers import (
     get_tier,
     recompute_flops_per_s,
     reload_vs_recompute_table,
+    tier_on_gpu,
     weight_read_bound_below,
 )
 from course_lib.perf.models import MODELS, ModelSpec, get_model
-from course_lib.perf.units import format_si
+from course_lib.perf.units import format_duration, format_number, format_si, plural
 from course_lib.widgets.crossover import log_options
 from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.log_number_ticks import label_log_axis
+from course_lib.widgets.log_ticks import time_ticks
 from course_lib.widgets.plotly_pane import PlotlyPane
 from course_lib.widgets.selection_readout import with_readout
 
@@ -70,6 +73,12 @@ def default_tflops(gpu: GPU) -> float:
     return round(recompute_flops_per_s(gpu) / 1e12, 1)
 
 
+def tier_label(name: str) -> str:
+    """A tier's name in the menu, whatever the GPU: the CPU tiers ride the chosen GPU's own PCIe link
+    (``kv_tiers.tier_on_gpu``), so the menu leaves the generation out and the readout names it."""
+    return name.replace("PCIe Gen5", "the GPU's PCIe")
+
+
 def point(model: ModelSpec, tier: KVTier, gpu: GPU, tokens: int, flops: float | None = None,
           include_attention: bool = False, utilization: float = DEFAULT_UTILIZATION) -> ReloadOrRecompute:
     """The two costs at one prompt length (``reload_vs_recompute_table`` for one length)."""
@@ -78,26 +87,17 @@ def point(model: ModelSpec, tier: KVTier, gpu: GPU, tokens: int, flops: float | 
     return row
 
 
-def format_seconds(seconds: float) -> str:
-    """'26.5 ms', '0.32 s', '12.0 µs'."""
-    if seconds >= 0.1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.1f} µs"
-
-
 def readout_html(model: ModelSpec, tier: KVTier, gpu: GPU, row: ReloadOrRecompute, flops_per_s: float) -> str:
     """Both times at the chosen length, the KV bytes, the winner and the speedup."""
     if tier.resident:
         verdict = "<b>reload wins</b>: the KV is already in HBM, nothing to copy"
     elif row.winner == "reload":
-        verdict = f"<b>reload wins, {row.speedup:.1f}x faster</b> than recomputing"
+        verdict = f"<b>reload wins, {format_number(row.speedup)}x faster</b> than recomputing"
     else:
-        verdict = f"<b>recompute wins, {1 / row.speedup:.1f}x faster</b> than reloading"
+        verdict = f"<b>recompute wins, {format_number(1 / row.speedup)}x faster</b> than reloading"
     return (f"<p>{row.tokens:,} tokens of {html.escape(model.name)}: <b>{format_si(row.kv_bytes, 'B')}</b> of KV. "
-            f"Reload from {html.escape(tier.name)}: <b>{format_seconds(row.reload_s)}</b>; recompute on "
-            f"{html.escape(gpu.name)} at {flops_per_s / 1e12:.1f} TFLOP/s: <b>{format_seconds(row.recompute_s)}</b>. "
+            f"Reload from {html.escape(tier.name)}: <b>{format_duration(row.reload_s)}</b>; recompute on "
+            f"{html.escape(gpu.name)} at {flops_per_s / 1e12:.1f} TFLOP/s: <b>{format_duration(row.recompute_s)}</b>. "
             f"{verdict}.</p>")
 
 
@@ -107,8 +107,8 @@ def crossover_html(model: ModelSpec, tier: KVTier, gpu: GPU, crossing: float | N
     if crossing is not None:
         below = (f" (below the chart's {MIN_LENGTH} tokens: only the tier's fixed latency makes recompute win "
                  "there)" if crossing < MIN_LENGTH else "")
-        return (f"<p><b>Crossover at {crossing:,.0f} tokens</b>{below}: recompute is faster below it, reload "
-                "beyond it.</p>")
+        return (f"<p><b>Crossover at {plural(round(crossing), 'token')}</b>{below}: recompute is faster below it, "
+                "reload beyond it.</p>")
     if first.winner == "reload":
         return (f"<p><b>Reload wins at every length</b>, from the first token to {MAX_LENGTH:,}: no crossover "
                 f"(the tier's latency costs less than recomputing even the first tokens).</p>")
@@ -116,9 +116,15 @@ def crossover_html(model: ModelSpec, tier: KVTier, gpu: GPU, crossing: float | N
 
 
 def floor_html(model: ModelSpec, gpu: GPU, floor: float) -> str:
-    return (f"<p><i>Weight-read floor:</i> below about {floor:,.0f} tokens a prefill of {html.escape(model.name)} on "
-            f"{html.escape(gpu.name)} is bound by reading the weights once, not by its FLOPs, so the recompute "
-            "time drawn there (FLOPs only) is an underestimate, and per-step overheads add more.</p>")
+    """Where a prefill stops being bound by reading the weights; at a FLOP/s so low that even one
+    token's FLOPs outlast the weight read (``floor`` < 1), that there is no such length."""
+    if floor < 1:
+        return (f"<p><i>Weight-read floor:</i> none at this FLOP/s: even a one-token prefill of "
+                f"{html.escape(model.name)} on {html.escape(gpu.name)} spends longer on its FLOPs than on reading "
+                "the weights once, so the recompute time drawn is FLOP-bound at every length.</p>")
+    return (f"<p><i>Weight-read floor:</i> below about {plural(round(floor), 'token')} a prefill of "
+            f"{html.escape(model.name)} on {html.escape(gpu.name)} is bound by reading the weights once, not by its "
+            "FLOPs, so the recompute time drawn there (FLOPs only) is an underestimate, and per-step overheads add more.</p>")
 
 
 def reload_recompute_figure(model: ModelSpec, tier: KVTier, gpu: GPU, flops: float | None = None,
@@ -134,11 +140,13 @@ def reload_recompute_figure(model: ModelSpec, tier: KVTier, gpu: GPU, flops: flo
     if not tier.resident:
         figure.add_trace(go.Scatter(x=lengths, y=[r.reload_s for r in rows], mode="lines",
                                     name=f"reload from {tier.name}", line={"color": COLOURS["reload"], "width": 2.5},
-                                    hovertemplate="reload: %{x:,} tokens in %{y:.3s}s<extra></extra>"))
+                                    customdata=[format_duration(r.reload_s) for r in rows],
+                                    hovertemplate="reload: %{x:,} tokens in %{customdata}<extra></extra>"))
     figure.add_trace(go.Scatter(x=lengths, y=[r.recompute_s for r in rows], mode="lines",
                                 name="recompute by prefill" + (" (with attention)" if include_attention else ""),
                                 line={"color": COLOURS["recompute"], "width": 2.5},
-                                hovertemplate="recompute: %{x:,} tokens in %{y:.3s}s<extra></extra>"))
+                                customdata=[format_duration(r.recompute_s) for r in rows],
+                                hovertemplate="recompute: %{x:,} tokens in %{customdata}<extra></extra>"))
     values = [v for r in rows for v in (r.reload_s, r.recompute_s) if v > 0]
     low, high = min(values), max(values)
     crossing = crossover_tokens(model, tier, gpu, flops=flops, include_attention=include_attention,
@@ -160,7 +168,9 @@ def reload_recompute_figure(model: ModelSpec, tier: KVTier, gpu: GPU, flops: flo
                                     line={"color": "#444", "dash": "dash", "width": 1}))
     f = recompute_flops_per_s(gpu, flops, utilization)
     figure.update_xaxes(type="log", title_text="prompt length (tokens, log scale)")
-    figure.update_yaxes(type="log", title_text="time to have the prefix's KV on the GPU (s, log scale)")
+    label_log_axis(figure, "x")  # plain token counts in one style, no '2' and '5' minor labels
+    figure.update_yaxes(type="log", title_text="time to have the prefix's KV on the GPU (log scale)",
+                        **time_ticks(low, high))
     figure.update_layout(title=f"{model.name}: reload from {tier.name}<br>or recompute on {gpu.name} at "
                                f"{f / 1e12:.1f} TFLOP/s", height=460, legend={"orientation": "h", "y": -0.22},
                          margin={"t": 80, "b": 120})
@@ -175,15 +185,17 @@ class ReloadOrRecomputeExplorer(w.VBox):
 
     def __init__(self, tier: str = CPU_DRAM, model: str = DEFAULT_MODEL, gpu: str = DEFAULT_GPU,
                  tokens: int = WORKED_LENGTH, tflops: float | None = None, include_attention: bool = False) -> None:
-        style = {"description_width": "11em"}
+        style = {"description_width": "13em"}  # 'prompt length (tokens)' whole
 
         def layout() -> w.Layout:  # one each: redraw hides one control by its layout
             return w.Layout(width="560px")
 
-        self.tier = w.Dropdown(options=list(TIERS), value=tier, description="KV tier", style=style, layout=layout())
+        self.tier = w.Dropdown(options=[(tier_label(name), name) for name in TIERS], value=tier, description="KV tier",
+                               style=style, layout=layout())
         self.model = w.Dropdown(options=list(MODELS), value=model, description="model", style=style)
         self.gpu = w.Dropdown(options=list(GPUS), value=gpu, description="GPU", style=style)
-        self.tokens = w.SelectionSlider(options=LENGTH_STOPS, value=tokens, description="prompt length (tokens)",
+        self.tokens = w.SelectionSlider(options=[(f"{n:,}", n) for n in LENGTH_STOPS], value=tokens,
+                                        description="prompt length (tokens)",
                                         style=style, layout=layout())
         self.flops_mode = w.ToggleButtons(options=[("achieved TFLOP/s", ACHIEVED), ("share of bf16 peak", UTILIZATION)],
                                           value=ACHIEVED, description="recompute at", style=style)
@@ -212,9 +224,9 @@ class ReloadOrRecomputeExplorer(w.VBox):
 
     def settings(self) -> dict:
         """The cost models' arguments for the current controls."""
-        achieved = self.flops_mode.value == ACHIEVED
-        return {"model": get_model(self.model.value), "tier": get_tier(self.tier.value),
-                "gpu": get_gpu(self.gpu.value), "flops": self.tflops.value * 1e12 if achieved else None,
+        achieved, gpu = self.flops_mode.value == ACHIEVED, get_gpu(self.gpu.value)
+        return {"model": get_model(self.model.value), "tier": tier_on_gpu(get_tier(self.tier.value), gpu),
+                "gpu": gpu, "flops": self.tflops.value * 1e12 if achieved else None,
                 "include_attention": self.include_attention.value, "utilization": self.utilization.value}
 
     @one_at_a_time
