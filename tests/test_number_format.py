@@ -56,3 +56,10 @@ def test_plural_says_one_thing_and_many_things():
     assert plural(1, "token") == "1 token" and plural(2048, "token") == "2,048 tokens"
     assert plural(1, "request/s") == "1 request/s" and plural(14.37, "request/s") == "14.4 requests/s"
     assert plural(0, "pitfall") == "0 pitfalls" and plural(2, "query", "queries") == "2 queries"
+
+
+def test_a_speed_ratio_is_worded_by_its_side_of_one():
+    from course_lib.perf.units import format_speedup
+
+    assert format_speedup(1.5) == "1.50x faster" and format_speedup(0.5) == "2.00x slower"
+    assert format_speedup(0.94) == "1.06x slower" and format_speedup(1.001) == "no faster or slower (1.00x)"

@@ -23,9 +23,9 @@ def test_disaggregation_explorer_shows_the_tail_gap_and_redraws():
     before, after = explorer.comparison.table("chat")["itl_max_ms"]
     assert after < before / 3  # the decode pool never runs a prefill chunk
     assert f"{format_number(before)} ms colocated, {format_number(after)} ms" in explorer.readout.value
-    assert "<table>" in explorer.readout.value and "tokens/s to finish (all requests)" in explorer.readout.value
+    assert "<table" in explorer.readout.value and "output tokens / time to finish" in explorer.readout.value
     explorer.prefill.value = 1
-    assert "<b>8,000-token documents; 1 prefill + 2 decode GPUs against 3 colocated; KV sent layer by layer</b>" \
+    assert "<b>8,000-token documents; 1 prefill GPU + 2 decode GPUs against 3 colocated; KV sent layer by layer</b>" \
         in explorer.readout.value
     assert not E_NOTATION.search(explorer.readout.value)
 
@@ -36,8 +36,9 @@ def test_the_disaggregation_table_says_whose_latency_it_shows():
     chat = explorer.comparison.table("chat")
     total = len(explorer.comparison.colocated.requests)
     assert total > 32 and f"Latency of the 32 chat requests (of {total} in the workload)" in explorer.readout.value
-    assert f"<td>worst ITL gap (ms)</td><td>{format_number(chat['itl_max_ms'][0])}</td>" in explorer.readout.value
-    assert f"<td>TTFT P99 (ms)</td><td>{format_number(chat['ttft_p99_ms'][0])}</td>" in explorer.readout.value
+    cells = re.sub(r"<(t[dh])[^>]*>", r"<\1>", explorer.readout.value)
+    assert f"<td>worst ITL gap (ms)</td><td>{format_number(chat['itl_max_ms'][0])}</td>" in cells
+    assert f"<td>TTFT P99 (ms)</td><td>{format_number(chat['ttft_p99_ms'][0])}</td>" in cells
 
 
 def test_while_the_disaggregation_simulates_the_readout_names_the_new_settings_not_old_numbers(monkeypatch):
@@ -52,8 +53,8 @@ def test_while_the_disaggregation_simulates_the_readout_names_the_new_settings_n
     monkeypatch.setattr(serving_simulations, "compare_disaggregation", compare)
     explorer.decode.value = 3
     [during] = shown_while_running
-    assert "Simulating 8,000-token documents; 2 prefill + 3 decode GPUs" in during and "ms colocated" not in during
-    assert "2 prefill + 3 decode GPUs against 5 colocated" in explorer.readout.value
+    assert "Simulating 8,000-token documents; 2 prefill GPUs + 3 decode GPUs" in during and "ms colocated" not in during
+    assert "2 prefill GPUs + 3 decode GPUs against 5 colocated" in explorer.readout.value
 
 
 def test_the_sweep_explorer_finds_where_speculation_stops_paying():
@@ -123,3 +124,82 @@ def test_the_sweep_figure_has_titles_units_and_no_crossing_when_it_always_pays()
     slower = [SweepPoint(1, 10.0, 12.0, 1.5, 200, 2.0, 0.0), SweepPoint(4, 10.0, 20.0, 1.5, 200, 8.0, 0.9)]
     assert sweep_verdict(slower) == "it never pays here"
     assert "stops paying at about" in sweep_verdict([points[0], slower[1]])
+
+
+def test_the_sweep_readout_says_slower_when_speculation_loses_at_qps_1():
+    """a = 0.30, k = 8 with the draft model loses even at QPS 1: the readout once said '0.94x
+    faster'; a loss is worded as 'slower', by its inverse."""
+    explorer = SpeculationSweepExplorer(acceptance_rate=0.3, num_speculative_tokens=8)
+    low = explorer.points[0]
+    assert low.speedup < 1
+    assert f"QPS {low.qps:g}: <b>{1 / low.speedup:.2f}x slower</b> per token" in explorer.readout.value
+    assert "x faster" not in explorer.readout.value.replace(f"{1 / low.speedup:.2f}x slower", "")
+
+
+def test_the_sweep_axis_labels_only_the_swept_rates():
+    """Plotly's own log ticks labelled '8 9 1 2 3 ... 8 9 10 2 ...': only the QPS swept are ticks."""
+    explorer = SpeculationSweepExplorer()
+    axis = explorer.figure.figure.layout.xaxis
+    assert axis.tickmode == "array" and list(axis.tickvals) == [p.qps for p in explorer.points]
+    assert list(axis.ticktext) == ["1", "2", "4", "8", "16", "32", "64"]
+
+
+def test_the_disaggregation_table_keeps_its_columns_apart_and_says_how_its_ratio_divides():
+    """Its headers once ran together ('colocated, 4 GPUsdisaggregated, ...') and the ratio column
+    did not say which way it divides."""
+    explorer = DisaggregationExplorer(document_tokens=8000)
+    html = explorer.readout.value
+    headers = re.findall(r"<th style='([^']*)'>([^<]*)</th>", html)
+    assert [text for _, text in headers][1:] == ["colocated, 4 GPUs", "disaggregated, 2 prefill GPUs + 2 decode GPUs",
+                                                 "ratio: disaggregated ÷ colocated"]
+    assert all("padding" in style for style, _ in headers)
+    table = explorer.comparison.table("chat")
+    assert f">{table['itl_max_ms'][1] / table['itl_max_ms'][0]:.2f}</td>" in html
+    assert explorer.document.readout_format == ",d"  # 32,000 on the slider, as in the text
+
+
+def test_one_gpu_per_pool_is_singular():
+    explorer = DisaggregationExplorer(document_tokens=2000, num_prefill=1, num_decode=1)
+    assert "1 prefill GPU + 1 decode GPU against 2 colocated" in explorer.readout.value
+    assert "disaggregated, 1 prefill GPU + 1 decode GPU" in explorer.readout.value and "GPUs</th>" in explorer.readout.value
+
+
+def test_every_document_length_is_compared_on_the_same_chats_and_follow_ups():
+    """58 requests at 16,000 tokens, 66 at 32,000: the follow-ups were drawn after the documents'
+    tokens, so the length changed them. Now only the documents' prompts change."""
+    short, long = (serving_simulations.documents_among_chats(n) for n in (1000, 32000))
+    assert len(short) == len(long)
+    others = [[r for r in workload if r.tag != "document"] for workload in (short, long)]
+    assert others[0] == others[1]
+    documents = [[r for r in workload if r.tag == "document"] for workload in (short, long)]
+    assert [r.arrival_time for r in documents[0]] == [r.arrival_time for r in documents[1]] == [1.0, 2.0, 3.0, 4.0]
+    assert {len(r.prompt_token_ids) for r in documents[1]} == {32000}
+
+
+@pytest.mark.parametrize("document_tokens", [1000, 16000, 32000])
+def test_the_readout_says_what_the_time_to_finish_measures_computed(document_tokens):
+    """At 32,000-token documents the split finished the workload sooner (more output tokens per
+    second) while the lesson said throughput barely moves: the row is how soon this workload was
+    done, set by its last chat stream's first token and gaps, not capacity. The readout says so
+    with this run's numbers, whichever layout wins."""
+    explorer = DisaggregationExplorer(document_tokens=document_tokens)
+    comparison, text = explorer.comparison, explorer.readout.value
+    ratio = comparison.disaggregated.output_tokens_per_s / comparison.colocated.output_tokens_per_s
+    assert f"Output tokens / time to finish, disaggregated ÷ colocated: {ratio:.2f}." in text
+    for report in (comparison.colocated, comparison.disaggregated):
+        last = report.last_to_finish
+        assert last.token_times[-1] == report.duration_s and last.tag == "chat" and len(last.token_times) == 1000
+        gaps = last.itl_s
+        assert f"then gaps of {format_number(1e3 * sum(gaps) / len(gaps))} ms on average" in text
+    assert "not how many the GPUs could serve" in text
+
+
+def test_the_split_finishes_sooner_the_longer_the_documents():
+    """What lesson 04 says of the slider: with short documents the colocated layout finishes the
+    workload first, with long ones the split does, by more the longer they are."""
+    explorer = DisaggregationExplorer()
+    ratios = []
+    for tokens in (1000, 8000, 16000, 24000, 32000):
+        explorer.document.value = tokens
+        ratios.append(explorer.comparison.colocated.duration_s / explorer.comparison.disaggregated.duration_s)
+    assert ratios[0] < 1 < ratios[-1] and ratios == sorted(ratios)

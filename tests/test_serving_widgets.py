@@ -52,3 +52,33 @@ def test_every_calculator_control_answers_within_a_second():
         started = time.perf_counter()
         control.value = value
         assert time.perf_counter() - started < 1.0, f"{control.description} took over a second"
+
+
+def test_the_kv_calculator_stops_at_the_models_context_and_names_one_unit():
+    """Llama-2-7B reads 4,096 tokens and Falcon-7B 2,048: the slider once allowed 128,000 for both,
+    and the readout printed '1.05 GB (1000.0 MiB)', two units for one size."""
+    calc = KVTransferCalculator()
+    calc.tokens.value = 128_000
+    for model, context in (("Llama-2-7B", 4096), ("Falcon-7B", 2048), ("Llama-3.1-8B", 131_072)):
+        calc.model.value = model
+        assert calc.tokens.max == context and calc.tokens.value <= context
+        assert f"longest context, {context:,} tokens" in calc.readout.value
+    assert "MiB" not in calc.readout.value and "<b>268 MB</b>" in calc.readout.value  # 2,048 x 128 KiB
+    assert calc.tokens.readout_format == ",d"
+
+
+def test_the_checkbox_labels_are_not_cut():
+    from course_lib.widgets.serving_simulations import DisaggregationExplorer
+
+    for box in (KVTransferCalculator().pipelined, DisaggregationExplorer(document_tokens=2000).pipelined):
+        assert box.indent is False and box.layout.width == "auto", box.description
+
+
+def test_the_pd_calculator_starts_where_it_is_told_to_and_says_one_request():
+    """The lesson starts it on the roofline's TPOT (19.3 ms) and prefill rate (14.4 requests/s): the
+    sliders must hold such values, not snap them to whole milliseconds or half requests."""
+    calc = PDRatioCalculator(tpot_ms=19.34, prefill_requests_per_s=14.37)
+    assert (calc.tpot_ms.step, calc.prefill.step) == (0.1, 0.1)
+    assert "/ 19.3 ms" in calc.readout.value and "serves 14.4 requests/s" in calc.readout.value
+    calc.prefill.value = 1
+    assert "serves 1 request/s" in calc.readout.value and "1 requests/s" not in calc.readout.value

@@ -32,6 +32,7 @@ from course_lib.engine.simulated import SimulatedEngine, percentile
 from course_lib.perf.hardware import GPU, get_gpu
 from course_lib.perf.models import ModelSpec, get_model
 from course_lib.perf.serving import kv_transfer
+from course_lib.perf.units import plural
 from course_lib.perf.workloads import WorkloadRequest, document_among_chats, document_stream
 
 ROUTINGS = ("round_robin", "fewest_tokens")
@@ -106,8 +107,14 @@ class ClusterReport:
         return out
 
     def summary(self, tag: str | None = None) -> dict[str, float]:
-        return {**self.latency(tag), "output_tokens_per_s": self.output_tokens_per_s,
+        """Latency of the requests tagged ``tag`` (all with None); the rest is the whole workload's."""
+        return {**self.latency(tag), "finish_s": self.duration_s, "output_tokens_per_s": self.output_tokens_per_s,
                 "requests_per_s": self.requests_per_s, "gpu_utilization": self.utilization}
+
+    @property
+    def last_to_finish(self) -> RequestTimeline:
+        """The request whose last token came last: the one that sets ``duration_s``."""
+        return max(self.requests, key=lambda r: (r.token_times[-1], -r.index))
 
 
 class _Instance(SimulatedEngine):
@@ -188,7 +195,7 @@ class ColocatedCluster:
                 index = share[int(request.request_id)]
                 item = workload[index]
                 timelines.append(RequestTimeline(index, item.tag, item.arrival_time, tuple(request.token_times), g))
-        return ClusterReport(f"colocated, {self.num_gpus} GPUs", self.num_gpus, sorted(timelines, key=lambda t: t.index),
+        return ClusterReport(f"colocated, {plural(self.num_gpus, 'GPU')}", self.num_gpus, sorted(timelines, key=lambda t: t.index),
                              sum(e.scheduler.total_preemptions for e in engines), _busy(engines))
 
 
@@ -253,7 +260,8 @@ class DisaggregatedCluster:
                 item = workload[index]
                 times = (admitted[request.request_id],) + tuple(request.token_times[1:])
                 done[index] = RequestTimeline(index, item.tag, item.arrival_time, times, g, d, ready, exposed)
-        return ClusterReport(f"disaggregated, {self.num_prefill} prefill + {self.num_decode} decode GPUs",
+        return ClusterReport(f"disaggregated, {plural(self.num_prefill, 'prefill GPU')} + "
+                             f"{plural(self.num_decode, 'decode GPU')}",
                              self.num_prefill + self.num_decode, [done[i] for i in sorted(done)],
                              sum(e.scheduler.total_preemptions for e in prefills + decodes), _busy(prefills + decodes))
 
@@ -261,16 +269,20 @@ class DisaggregatedCluster:
 def long_prompts_among_chats(document_tokens: int = 16000, num_documents: int = 4, num_chat_users: int = 32,
                              chat_output_len: int = 1000, follow_up_rate_per_s: float = 4.0, duration_s: float = 6.0,
                              seed: int = 0) -> list[WorkloadRequest]:
-    """``document_among_chats`` with more documents: chat users decode long answers while
-    ``num_documents`` documents of ``document_tokens`` tokens arrive (the first at 1 s, the rest
-    about one a second) and short follow-up turns keep coming."""
+    """Chat users decode long answers (``document_among_chats``'s chats and follow-up turns) while
+    ``num_documents`` documents of ``document_tokens`` tokens arrive, one a second from 1 s, each
+    answered in 200 tokens. Invariant: only the documents' prompts depend on ``document_tokens``;
+    the chats, the follow-ups and every arrival time are the same at every length, so two lengths
+    are compared on the same requests."""
     require_positive("num_documents", num_documents)
-    base = document_among_chats(num_chat_users, document_tokens, 1.0, follow_up_rate_per_s, duration_s,
-                                chat_output_len, seed)
-    extra = [replace(d, arrival_time=1.0 + d.arrival_time)
-             for d in document_stream(num_documents - 1, 1.0, (document_tokens,) * 2, (200, 200), seed + 1)
-             ] if num_documents > 1 else []
-    return sorted(base + extra, key=lambda r: r.arrival_time)
+    require_positive("document_tokens", document_tokens)
+    # document_among_chats draws its follow-ups after its document's tokens: a 1-token document
+    # there keeps them the same whatever the length, and the documents come from their own stream
+    chats = [r for r in document_among_chats(num_chat_users, 1, 1.0, follow_up_rate_per_s, duration_s,
+                                             chat_output_len, seed) if r.tag != "document"]
+    documents = [replace(d, arrival_time=1.0 + i) for i, d in enumerate(
+        document_stream(num_documents, 1.0, (document_tokens,) * 2, (200, 200), seed + 1))]
+    return sorted(chats + documents, key=lambda r: r.arrival_time)
 
 
 @dataclass

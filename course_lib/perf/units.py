@@ -71,3 +71,11 @@ def _plural_of(noun: str) -> str:
     """'token' -> 'tokens'; a rate's first word takes the 's': 'request/s' -> 'requests/s'."""
     head, slash, tail = noun.partition("/")
     return f"{head}s{slash}{tail}"
+
+
+def format_speedup(ratio: float) -> str:
+    """A speed ratio (old time / new time) in words, by which side of 1 it falls: 1.5 -> '1.50x
+    faster', 0.94 -> '1.06x slower' (1 / 0.94), 1.001 -> 'no faster or slower (1.00x)'."""
+    if round(ratio, 2) == 1:
+        return "no faster or slower (1.00x)"
+    return f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"

@@ -1,7 +1,8 @@
 """Module 04's design checklist: "serve this model for real-time chat with tight p99 TTFT and ITL".
 
 The learner ticks the moves they would make; "Check my design" then says, for every move,
-whether it belongs in a low-latency design and why, ticked or not. Nothing is scored: it is
+whether it belongs in a low-latency design and why, ticked or not (with nothing ticked it asks
+for a choice first, so the key is never shown for an empty design). Nothing is scored: it is
 a rubric to think with, and its reasons are the lesson's argument in short.
 """
 
@@ -11,6 +12,8 @@ import html
 from dataclasses import dataclass
 
 import ipywidgets as w
+
+from course_lib.perf.units import plural
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,10 @@ MOVES = (
                "Disaggregation keeps prefill bursts out of ongoing decodes and lets each pool have its own "
                "parallelism; the price is moving every prompt's KV between them."),
     DesignMove("Split prefill and decode to get more throughput from the same GPUs", False,
-               "Disaggregation is a latency lever: the same GPUs do the same work plus KV transfers, so "
-               "throughput does not rise on its own."),
+               "Disaggregation is a latency lever. Under a load that saturates them, the same GPUs do the same "
+               "work plus KV transfers, and whichever pool is not the bottleneck sits partly idle, so they serve "
+               "no more (section 4's saturated run serves fewer tokens per second split). A workload that does not "
+               "saturate them can finish sooner split, but through shorter decode gaps: a latency gain."),
     DesignMove("Add speculative decoding while the decode batch is small (low to medium QPS)", True,
                "In the bandwidth-bound regime the target verifies k drafts in one pass for nearly the price "
                "of one token, so accepted drafts cut ITL, losslessly."),
@@ -60,7 +65,7 @@ def review(chosen: set[int], moves: tuple[DesignMove, ...] = MOVES) -> tuple[lis
     picked_wrong = sum(index in chosen and not move.belongs for index, move in enumerate(moves))
     missed = sum(index not in chosen and move.belongs for index, move in enumerate(moves))
     summary = (f"{right} of {len(moves)} decided as a strong design would; "
-               f"{missed} good move(s) left out, {picked_wrong} pitfall(s) chosen.")
+               f"{plural(missed, 'good move')} left out, {plural(picked_wrong, 'pitfall')} chosen.")
     return lines, summary
 
 
@@ -78,6 +83,11 @@ class DesignChecklist(w.VBox):
                           *self.boxes, self.button, self.feedback])
 
     def _check(self, _button=None) -> None:
-        lines, summary = review({i for i, box in enumerate(self.boxes) if box.value}, self.moves)
+        """Explain every move, once at least one is ticked: an empty design would only reveal the key."""
+        chosen = {i for i, box in enumerate(self.boxes) if box.value}
+        if not chosen:
+            self.feedback.value = "<p><b>Tick the moves you would make first (at least one); then check.</b></p>"
+            return
+        lines, summary = review(chosen, self.moves)
         items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
         self.feedback.value = f"<p><b>{html.escape(summary)}</b></p><ul>{items}</ul>"

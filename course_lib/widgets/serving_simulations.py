@@ -15,13 +15,14 @@ import functools
 import ipywidgets as w
 import plotly.graph_objects as go
 
-from course_lib.engine.disaggregated import DisaggregationComparison, compare_disaggregation, long_prompts_among_chats
+from course_lib.engine.disaggregated import (ClusterReport, DisaggregationComparison, compare_disaggregation,
+                                             long_prompts_among_chats)
 from course_lib.engine.simulated_speculation import SimulatedSpeculation
 from course_lib.engine.speculation_grid import (ACCEPTANCE_RATES, DRAFT_COUNTS, DRAFTERS, SWEEP_DEFAULTS,
                                                 grid_speculation, lookup)
 from course_lib.engine.speculation_sweep import SweepPoint, crossover_qps
 from course_lib.perf.serving import expected_tokens_per_step
-from course_lib.perf.units import format_number
+from course_lib.perf.units import format_number, format_speedup, plural
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
@@ -30,24 +31,54 @@ _WIDE = dict(continuous_update=False, style={"description_width": "14em"}, layou
 
 ROWS = (("ttft_p50_ms", "TTFT P50 (ms)"), ("ttft_p99_ms", "TTFT P99 (ms)"), ("itl_p50_ms", "ITL P50 (ms)"),
         ("itl_p99_ms", "ITL P99 (ms)"), ("itl_p99.9_ms", "ITL P99.9 (ms)"), ("itl_max_ms", "worst ITL gap (ms)"),
-        ("output_tokens_per_s", "tokens/s to finish (all requests)"), ("gpu_utilization", "GPU busy share (all GPUs)"))
-"""The comparison's rows: latency for the requests asked about; the last two rows are the whole
-workload's ("tokens/s to finish" is output tokens over the time this workload took, not capacity)."""
+        ("finish_s", "time to finish the workload (s)"), ("output_tokens_per_s", "output tokens / time to finish"),
+        ("gpu_utilization", "GPU busy share (all GPUs)"))
+"""The comparison's rows: latency for the requests asked about; the last three rows are the whole
+workload's (its output tokens over the time it took: not capacity, see ``finish_text``)."""
+WHOLE_WORKLOAD_ROWS = 3
 SWEEP_SETTING = (f"{SWEEP_DEFAULTS['model']} on {SWEEP_DEFAULTS['tensor_parallel_size']} x {SWEEP_DEFAULTS['gpu']} "
                  f"(TP={SWEEP_DEFAULTS['tensor_parallel_size']})")
+_CELL = "padding:2px 12px;text-align:{}"  # columns apart, numbers right-aligned
 
 
 def comparison_table(comparison: DisaggregationComparison, tag: str | None = None) -> str:
-    """The two layouts side by side as HTML, with each row's ratio (disaggregated / colocated),
+    """The two layouts side by side as HTML, with each row's ratio (disaggregated ÷ colocated),
     under a caption that says which requests the latency rows cover."""
     table = comparison.table(tag)
-    cells = "".join(f"<tr><td>{label}</td><td>{format_number(table[key][0])}</td><td>{format_number(table[key][1])}</td>"
-                    f"<td>{table[key][1] / table[key][0]:.2f}x</td></tr>" for key, label in ROWS if table[key][0])
+    cells = "".join(f"<tr><td style='{_CELL.format('left')}'>{label}</td>"
+                    + "".join(f"<td style='{_CELL.format('right')}'>{value}</td>" for value in (
+                        format_number(table[key][0]), format_number(table[key][1]),
+                        f"{table[key][1] / table[key][0]:.2f}"))
+                    + "</tr>" for key, label in ROWS if table[key][0])
     covered, total = len(comparison.colocated.ttft(tag)), len(comparison.colocated.requests)
     who = f"all {total:,} requests" if tag is None else f"the {covered:,} {tag} requests (of {total:,} in the workload)"
-    return (f"<table><caption>Latency of {who}; the last two rows cover the whole workload</caption>"
-            f"<tr><th></th><th>{comparison.colocated.layout}</th><th>{comparison.disaggregated.layout}</th>"
-            f"<th>ratio</th></tr>{cells}</table>")
+    headers = ("", comparison.colocated.layout, comparison.disaggregated.layout, "ratio: disaggregated ÷ colocated")
+    return (f"<table style='border-collapse:collapse'><caption>Latency of {who}; the last "
+            f"{WHOLE_WORKLOAD_ROWS} rows cover the whole workload</caption><tr>"
+            + "".join(f"<th style='{_CELL.format('right')}'>{header}</th>" for header in headers) + f"</tr>{cells}</table>")
+
+
+def _last_stream(report: ClusterReport) -> str:
+    last = report.last_to_finish
+    gaps = last.itl_s
+    mean_gap = f", then gaps of {format_number(1e3 * sum(gaps) / len(gaps))} ms on average" if gaps else ""
+    return (f"{report.layout.split(',')[0]}, a {last.tag} request of {plural(len(last.token_times), 'output token')}: "
+            f"arrived at {format_number(last.arrival_s)} s, first token at {format_number(last.token_times[0])} s"
+            f"{mean_gap}, last at {format_number(last.token_times[-1])} s")
+
+
+def finish_text(comparison: DisaggregationComparison) -> str:
+    """What the time-to-finish rows measure on this workload, computed (plain text): the ratio of
+    the two layouts' output tokens / time to finish, and the request whose last token sets each
+    layout's time, with its first token and its mean gap."""
+    colocated, split = comparison.colocated, comparison.disaggregated
+    ratio = split.output_tokens_per_s / colocated.output_tokens_per_s
+    return (f"Output tokens / time to finish, disaggregated ÷ colocated: {ratio:.2f}. That is how soon this "
+            f"workload's {colocated.output_tokens:,} output tokens were all delivered, not how many the GPUs could "
+            f"serve: each layout's time to finish is set by its last request ({_last_stream(colocated)}; "
+            f"{_last_stream(split)}). A stream finishes after its first token plus all its gaps, so the layout "
+            f"whose last stream has the shorter gaps finishes first, however busy its GPUs are. Capacity, what "
+            f"the same GPUs serve under a load that saturates them, is a different measurement.")
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,10 +94,12 @@ class DisaggregationExplorer(w.VBox):
     def __init__(self, document_tokens: int = 16000, num_prefill: int = 2, num_decode: int = 2,
                  model: str = "Llama-3.1-8B", gpu: str = "H100-80GB") -> None:
         self.model, self.gpu = model, gpu
-        self.document = w.IntSlider(document_tokens, 1000, 32000, 1000, description="document prompt (tokens)", **_WIDE)
+        self.document = w.IntSlider(document_tokens, 1000, 32000, 1000, description="document prompt (tokens)",
+                                    readout_format=",d", **_WIDE)
         self.prefill = w.IntSlider(num_prefill, 1, 4, 1, description="prefill GPUs", **_WIDE)
         self.decode = w.IntSlider(num_decode, 1, 4, 1, description="decode GPUs", **_WIDE)
-        self.pipelined = w.Checkbox(True, description="send KV layer by layer")
+        self.pipelined = w.Checkbox(True, description="send KV layer by layer", indent=False,
+                                    layout=w.Layout(width="auto"))
         self.readout = w.HTML()
         for control in (self.document, self.prefill, self.decode, self.pipelined):
             control.observe(self._update, names="value")
@@ -75,8 +108,8 @@ class DisaggregationExplorer(w.VBox):
 
     def settings(self) -> str:
         """The controls' current values, in words."""
-        return (f"{self.document.value:,}-token documents; {self.prefill.value} prefill + {self.decode.value} decode "
-                f"GPUs against {self.prefill.value + self.decode.value} colocated; KV sent "
+        return (f"{self.document.value:,}-token documents; {plural(self.prefill.value, 'prefill GPU')} + "
+                f"{plural(self.decode.value, 'decode GPU')} against {self.prefill.value + self.decode.value} colocated; KV sent "
                 f"{'layer by layer' if self.pipelined.value else 'after each prefill'}")
 
     @one_at_a_time
@@ -91,7 +124,8 @@ class DisaggregationExplorer(w.VBox):
         self.readout.value = (
             f"<b>{settings}</b> ({self.model} on {self.gpu}; {self.comparison.wall_s:.1f} s to simulate).<br>"
             f"<b>Chat users' worst gap between tokens: {format_number(worst_before)} ms colocated, "
-            f"{format_number(worst_after)} ms disaggregated.</b>" + comparison_table(self.comparison, "chat"))
+            f"{format_number(worst_after)} ms disaggregated.</b>" + comparison_table(self.comparison, "chat")
+            + f"<p>{finish_text(self.comparison)}</p>")
 
 
 def sweep_verdict(points: list[SweepPoint]) -> str:
@@ -117,7 +151,8 @@ def sweep_figure(points: list[SweepPoint], speculation: SimulatedSpeculation,
                     hovertemplate="QPS %{x}: %{y:.2f}x<br>%{text}<extra></extra>")
     fig.add_hline(y=1, line_dash="dash", line_color="grey", annotation_text="no gain")
     crossing = crossover_qps(points)
-    fig.update_xaxes(type="log", title="request rate (requests per second, Poisson arrivals)")
+    fig.update_xaxes(type="log", title="request rate (requests per second, Poisson arrivals)", tickmode="array",
+                     tickvals=[p.qps for p in points], ticktext=[f"{p.qps:g}" for p in points])  # only the rates swept
     if crossing is not None:
         mark_x(fig, crossing, f"stops paying at about {crossing:.0f} QPS", line_dash="dot", line_color="#d62728")
     fig.update_yaxes(title="TPOT without / with speculation (x)")
@@ -158,7 +193,7 @@ class SpeculationSweepExplorer(w.VBox):
         self.readout.value = (
             f"<b>Showing a = {rate:.2f}, k = {self.k.value}, {self.drafter.value}</b> (the sweep of this setting, run "
             f"ahead by <code>python -m course_lib.engine.speculation_grid</code>). QPS {low.qps:g}: "
-            f"<b>{low.speedup:.2f}x</b> faster per token; QPS {high.qps:g}: <b>{high.speedup:.2f}x</b>; "
+            f"<b>{format_speedup(low.speedup)}</b> per token; QPS {high.qps:g}: <b>{format_speedup(high.speedup)}</b>; "
             f"<b>{sweep_verdict(self.points)}</b>. Measured at QPS {low.qps:g}: {low.tokens_per_step:.2f} tokens per "
             f"verification step; (1 − a<sup>k+1</sup>) / (1 − a) = {expected:.2f}.")
         self.figure.show(sweep_figure(self.points, self.speculation))

@@ -94,7 +94,7 @@ def test_disaggregation_protects_tail_itl_on_long_prompts_among_chats():
     assert table["itl_max_ms"][1] < table["itl_max_ms"][0] / 3  # a document chunk never lands in a decode step
     assert set(comparison.table()) >= {"ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms",
                                        "itl_p99_ms", "itl_max_ms", "output_tokens_per_s", "requests_per_s"}
-    assert "disaggregated, 1 prefill + 2 decode GPUs" in str(comparison)
+    assert "disaggregated, 1 prefill GPU + 2 decode GPUs" in str(comparison)
 
 
 def test_disaggregation_does_not_raise_throughput_at_load():
