@@ -12,7 +12,7 @@ from course_lib.perf.tp_all_reduce import (
     one_shot_ring_crossover_bytes,
     two_shot_crossover_bytes,
 )
-from course_lib.perf.units import KiB, MiB, format_bytes
+from course_lib.perf.units import KiB, MiB, format_bytes, format_number
 from course_lib.widgets.all_reduce_crossover import (
     MEASURED_MODE,
     MODEL,
@@ -25,6 +25,7 @@ from course_lib.widgets.all_reduce_crossover import (
     model_crossover_text,
     model_figure,
     read_crossover,
+    time_ticks,
 )
 
 
@@ -229,12 +230,25 @@ def test_the_printed_summary_reads_plainly_and_fits_a_line():
     assert all("not at the largest size" not in line and len(line) <= 96 for line in lines + [never])
 
 
-@pytest.mark.parametrize("figure", [model_figure(2), model_figure(8), measured_figure(fake_rows(64 * KiB), 4)],
-                         ids=["model N=2", "model N=8", "measured"])
-def test_the_time_axis_has_one_labelled_tick_per_decade(figure):
-    """No bare "2" and "5" minor labels between the decades."""
-    assert figure.layout.yaxis.type == "log" and figure.layout.yaxis.dtick == 1
-    assert figure.layout.yaxis.tickformat == ","
+@pytest.mark.parametrize("figure", [model_figure(2), model_figure(8), model_figure(2, 100e-6, 1000e9),
+                                    measured_figure(fake_rows(64 * KiB), 4)],
+                         ids=["model N=2", "model N=8", "model under one decade", "measured"])
+def test_the_time_axis_labels_every_tick_in_full(figure):
+    """The walk saw bare "2" and "5" minor labels; every tick is now chosen and labelled here, at least
+    two of them inside the data, even where it spans less than a decade (α = 100 µs, 1,000 GB/s)."""
+    axis = figure.layout.yaxis
+    times = [y for trace in figure.data for y in trace.y]
+    assert axis.type == "log" and len(axis.tickvals) >= 2
+    assert all(min(times) <= t <= max(times) for t in axis.tickvals)
+    assert list(axis.ticktext) == [format_number(t) for t in axis.tickvals]
+    assert not {"2", "5"} & set(axis.ticktext) or axis.tickvals[0] < 10  # "2" only as 2 µs, never a minor label
+
+
+def test_time_ticks():
+    assert time_ticks(1.3, 1500) == [10, 100, 1000]
+    assert time_ticks(100, 267) == [100, 200]
+    assert time_ticks(100.001, 267) == [110, 200, 260]
+    assert time_ticks(3, 40) == [5, 10, 20]
 
 
 def test_at_two_ranks_the_legend_says_two_shot_lies_on_the_ring_and_it_is_drawn_on_top():

@@ -11,6 +11,7 @@ N = 2) and where one-shot stops beating the ring, and says what vLLM runs on H10
 from __future__ import annotations
 
 import json
+import math
 
 import ipywidgets as w
 import numpy as np
@@ -30,7 +31,7 @@ from course_lib.perf.tp_all_reduce import (
     one_shot_ring_crossover_bytes,
     two_shot_crossover_bytes,
 )
-from course_lib.perf.units import KiB, format_bytes
+from course_lib.perf.units import KiB, format_bytes, format_number
 from course_lib.widgets.crossover import log_options
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
@@ -57,12 +58,29 @@ SHORT_NAMES = {"one_shot": "one-shot", "two_shot": "two-shot", "ring": "the hand
 MODEL, MEASURED_MODE = "model", "measured"
 
 
+def time_ticks(low: float, high: float) -> list[float]:
+    """Ticks for the time axis over [low, high] µs: the powers of ten inside it; where fewer than two
+    fall inside, 2 and 5 times each as well; where still fewer, the ends too, to two significant
+    digits (rounded inwards), so that even a narrow axis carries two labels. Sorted, inside [low, high]."""
+    decades = [10.0**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)]
+    for steps in ((1,), (1, 2, 5)):
+        ticks = [d * m for d in decades for m in steps if low <= d * m <= high]
+        if len(ticks) >= 2:
+            return ticks
+    unit = 10.0 ** (math.floor(math.log10(high)) - 1)
+    ends = {math.ceil(low / unit) * unit, math.floor(high / unit) * unit}
+    return sorted({t for t in ends | set(ticks) if low <= t <= high})
+
+
 def _axes(figure: go.Figure, title: str) -> go.Figure:
-    """Log axes, the x ticks at the sizes of ``TICKS``, the y ticks one per decade written in full
-    ("1,000"), with no bare "2" or "5" between them."""
+    """Log axes, the x ticks at the sizes of ``TICKS``, the y ticks at ``time_ticks`` of the traces'
+    times, each written in full ("1,000", "20"): no bare "2" or "5" minor labels."""
     figure.update_xaxes(type="log", title_text="message size K (bytes, log scale)", tickvals=TICKS,
                         ticktext=[format_bytes(t) for t in TICKS])
-    figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)", dtick=1, tickformat=",")
+    times = [y for trace in figure.data for y in (trace.y or ()) if y and y > 0]
+    ticks = time_ticks(min(times), max(times)) if times else []
+    figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)", tickvals=ticks,
+                        ticktext=[format_number(t) for t in ticks])
     figure.update_layout(title=title, height=460, legend={"orientation": "h", "y": -0.22}, margin={"t": 80, "b": 120})
     return figure
 
