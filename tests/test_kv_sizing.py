@@ -3,11 +3,14 @@ import pytest
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.kv import (
     KVCacheMemoryError,
+    MaxModelLenError,
     kv_bytes_per_batch,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     model_kv_bytes_per_token,
     plan_kv_cache,
+    tensor_parallel_to_start,
+    utilization_to_start,
     weight_bytes,
 )
 from course_lib.perf.models import DEEPSEEK_V3, ModelSpec, attention_variants, get_model
@@ -88,7 +91,9 @@ def test_startup_bug_on_a_40gb_gpu_leaves_no_cache_blocks():
     message = str(error.value)
     assert "No available memory for the cache blocks" in message
     assert "12.0 GiB" in message and "15.0 GiB" in message  # budget below the weights
-    assert "raise gpu_memory_utilization" in message and "tensor_parallel_size" in message
+    assert "4.0 GiB more than it may use" in message and "leaving -" not in message
+    assert "raise gpu_memory_utilization to 0.80 or more (0.9, the default, is enough)" in message
+    assert "use tensor_parallel_size=4" in message  # at 0.30, two GPUs are not enough
 
 
 def test_startup_bug_on_an_80gb_gpu_fits_fewer_tokens_than_one_request():
@@ -97,7 +102,8 @@ def test_startup_bug_on_an_80gb_gpu_fits_fewer_tokens_than_one_request():
         plan_kv_cache(model, gpu, gpu_memory_utilization=0.30, max_model_len=131072)
     message = str(error.value)
     assert "16.0 GiB" in message  # 131072 tokens x 128 KiB
-    for fix in ("raise gpu_memory_utilization", "lower max_model_len", "max_num_seqs", "tensor parallelism"):
+    for fix in ("raise gpu_memory_utilization to 0.40 or more", "lower max_model_len", "max_num_seqs",
+                "use tensor_parallel_size=2 (each GPU then holds 7.5 GiB of weights and 4 KV heads of 8)"):
         assert fix in message
     # The limit the message suggests really does start.
     suggested = int(message.split("lower max_model_len to ")[1].split(" ")[0])
@@ -148,3 +154,54 @@ def test_attention_variants_follow_the_models_own_query_heads(preset, kv_heads):
     variants = attention_variants(get_model(preset))
     assert [v.num_kv_heads for v in variants] == kv_heads
     assert all(v.num_heads % v.num_kv_heads == 0 for v in variants)
+
+
+FAILING_STARTS = [
+    ("Llama-3.1-8B", "A100-40GB", dict(gpu_memory_utilization=0.30, max_model_len=131072)),
+    ("Llama-3.1-8B", "H100-80GB", dict(gpu_memory_utilization=0.30, max_model_len=131072)),
+    ("Llama-3.1-70B", "H100-80GB", dict(gpu_memory_utilization=0.98, max_model_len=131072)),
+    ("Llama-3.1-70B", "H100-80GB", dict(gpu_memory_utilization=0.9, max_model_len=131072, tensor_parallel_size=2)),
+    ("Mixtral-8x7B", "L4-24GB", dict(gpu_memory_utilization=0.9, max_model_len=32768)),
+    ("DeepSeek-V3", "H200-141GB", dict(gpu_memory_utilization=0.9, tensor_parallel_size=2)),
+]
+
+
+@pytest.mark.parametrize("model, gpu, settings", FAILING_STARTS, ids=lambda v: str(v))
+def test_every_fix_the_error_computes_starts_the_server_and_none_is_offered_that_cannot(model, gpu, settings):
+    spec = DEEPSEEK_V3 if model == DEEPSEEK_V3.name else get_model(model)
+    with pytest.raises(KVCacheMemoryError) as error:
+        plan_kv_cache(spec, get_gpu(gpu), **settings)
+    message = str(error.value)
+    assert " -" not in message  # sizes are never negative: a shortfall is said as one
+    utilization = utilization_to_start(spec, get_gpu(gpu), **settings)
+    if utilization is None:
+        assert "raise gpu_memory_utilization" not in message and "Not even gpu_memory_utilization=1.0" in message
+        with pytest.raises(KVCacheMemoryError):
+            plan_kv_cache(spec, get_gpu(gpu), **{**settings, "gpu_memory_utilization": 1.0})
+    else:
+        assert f"raise gpu_memory_utilization to {utilization:.2f} or more" in message
+        plan_kv_cache(spec, get_gpu(gpu), **{**settings, "gpu_memory_utilization": utilization})
+        with pytest.raises(KVCacheMemoryError):  # the least that starts it
+            plan_kv_cache(spec, get_gpu(gpu), **{**settings, "gpu_memory_utilization": round(utilization - 0.01, 2)})
+    if "use tensor_parallel_size=" in message:
+        size = int(message.split("use tensor_parallel_size=")[1].split(" ")[0])
+        assert spec.num_heads % size == 0
+        plan_kv_cache(spec, get_gpu(gpu), **{**settings, "tensor_parallel_size": size})
+    else:
+        assert tensor_parallel_to_start(spec, get_gpu(gpu), **settings) is None
+
+
+def test_a_max_model_len_beyond_the_models_context_is_refused_as_vllm_does():
+    falcon = get_model("Falcon-7B")
+    with pytest.raises(MaxModelLenError, match="set max_model_len to 2048 or less"):
+        plan_kv_cache(falcon, get_gpu("H100-80GB"), max_model_len=2049)
+    assert plan_kv_cache(falcon, get_gpu("H100-80GB"), max_model_len=2048).max_model_len == 2048
+    assert plan_kv_cache(falcon, get_gpu("H100-80GB")).max_model_len == 2048  # unset: the model's own
+
+
+def test_tensor_parallelism_is_only_offered_where_it_divides_the_heads():
+    falcon = get_model("Falcon-7B")  # 71 attention heads: vLLM refuses TP 2, 4 and 8
+    assert tensor_parallel_to_start(falcon, get_gpu("L4-24GB"), gpu_memory_utilization=0.3) is None
+    with pytest.raises(KVCacheMemoryError) as error:
+        plan_kv_cache(falcon, get_gpu("L4-24GB"), gpu_memory_utilization=0.3)
+    assert "tensor_parallel_size=" not in str(error.value).split("Fixes:")[1]

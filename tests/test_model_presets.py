@@ -17,6 +17,18 @@ DEEPSEEK_V3_CONFIG = {
 # every preset, DeepSeek-V3 included whether or not MODELS lists it yet (see perf/models.py)
 PRESETS = {**MODELS, DEEPSEEK_V3.name: DEEPSEEK_V3}
 
+# max_position_embeddings, the longest max_model_len vLLM accepts, from each model's config.json on the
+# Hugging Face Hub (Falcon-7B's config.json leaves it out: transformers' FalconConfig default, 2048, applies)
+CONTEXT_LENGTHS = {
+    "Llama-3-8B": 8192, "Llama-3.1-8B": 131072, "Llama-3.2-1B": 131072, "Llama-3.1-70B": 131072,
+    "Qwen2.5-7B": 131072, "Mistral-7B-v0.3": 32768, "Llama-2-7B": 4096, "Falcon-7B": 2048, "Mixtral-8x7B": 32768,
+    "DeepSeek-V3": 163840,
+}
+
+
+def test_every_preset_records_its_published_context_length():
+    assert {name: model.max_context for name, model in PRESETS.items()} == CONTEXT_LENGTHS
+
 
 def attention_parameters(model: ModelSpec) -> int:
     """One layer's attention projections. Standard: Q and O of num_heads x head_dim, K and V of

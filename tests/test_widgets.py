@@ -13,7 +13,7 @@ from PIL import Image
 from course_lib.paging.paged import PagedAllocator
 from course_lib.perf.kv import kv_bytes_per_token
 from course_lib.perf.models import MODELS
-from course_lib.perf.units import GiB
+from course_lib.perf.units import GiB, plural
 from course_lib.widgets.allocator_explorer import AllocatorExplorer
 from course_lib.widgets.cow_explorer import CopyOnWriteExplorer
 from course_lib.widgets.figure_pane import DPI, FigurePane, new_figure, render_png
@@ -51,7 +51,7 @@ def test_kv_calculator_compares_attention_kinds_on_the_presets_own_heads(preset,
     layers, head_dim = calc.layers.value, calc.head_dim.value
     lines = calc.draw().axes[0].get_lines()
     assert [line.get_label() for line in lines[:len(kinds)]] == kinds
-    assert lines[len(kinds)].get_label() == f"chosen: {calc.kv_heads.value} KV heads"
+    assert lines[len(kinds)].get_label() == f"chosen: {plural(calc.kv_heads.value, 'KV head')}"
     mha = kv_bytes_per_token(layers, choices[-1], head_dim, 2) * 8192 * calc.batch.value / GiB
     assert lines[0].get_ydata()[CONTEXTS.index(8192)] == pytest.approx(mha)
     calc.layers.value = 8  # the curves follow the sliders, the heads stay the preset's

@@ -307,20 +307,27 @@ def measure(shapes=(SUITE_SHAPE,), targets=tuple(TARGETS), names=None, workers: 
 
 
 def table(rows: list[dict]) -> str:
-    """The resources as text: one line per kernel and shape, registers (and spills) per target."""
+    """The resources as text: one line per kernel (and shape, when the rows hold more than one),
+    registers (and spills) per target, each column as wide as its widest entry."""
     targets = list(dict.fromkeys(row["target"] for row in rows))
     groups: dict[tuple[str, str], dict[str, dict]] = {}
     for row in rows:
         groups.setdefault((row["kernel"], row["shape"]), {})[row["target"]] = row
-    lines = [f"{'kernel':14} {'shape':38} " + " ".join(f"{t:>22}" for t in targets)]
-    for (kernel, shape), by_target in groups.items():
-        cells = []
-        for target in targets:
-            row = by_target.get(target)
-            spill = f"+{row['stack_bytes'] + row['local_bytes']} B stack" if row and row["spills"] else ""
-            cells.append(f"{row['registers']:>3} regs {spill:>13}" if row else "-")
-        lines.append(f"{kernel:14} {shape:38} " + " ".join(f"{cell:>22}" for cell in cells))
-    return "\n".join(lines)
+
+    def cell(row: dict | None) -> str:
+        if row is None:
+            return "-"
+        spill = f" +{row['stack_bytes'] + row['local_bytes']} B stack" if row["spills"] else ""
+        return f"{row['registers']} regs{spill}"
+
+    with_shape = len({shape for _, shape in groups}) > 1
+    lines = [["kernel", *(["shape"] if with_shape else []), *targets]]
+    lines += [[kernel, *([shape] if with_shape else []), *(cell(by_target.get(t)) for t in targets)]
+              for (kernel, shape), by_target in groups.items()]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    labels = 2 if with_shape else 1  # left-aligned text columns, then right-aligned figures
+    return "\n".join("  ".join(f"{text:<{width}}" if i < labels else f"{text:>{width}}"
+                                for i, (text, width) in enumerate(zip(line, widths))).rstrip() for line in lines)
 
 
 def main(argv: list[str] | None = None) -> int:

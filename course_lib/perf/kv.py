@@ -9,7 +9,8 @@ rank of the TP group holds whole.
 At start-up the server keeps ``gpu_memory_utilization x GPU memory`` for itself, loads
 the weights, reserves room for the activation peak, and cuts what is left into KV blocks
 of ``block_size`` tokens. If nothing is left, or not even one ``max_model_len`` request
-fits, it refuses to start with an error that says what to change.
+fits, or ``max_model_len`` is longer than the model's context, it refuses to start with an error
+that says what to change.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from course_lib.checks import require_fraction, require_positive
 from course_lib.perf.hardware import GPU
 from course_lib.perf.models import ModelSpec
-from course_lib.perf.units import GiB, format_bytes
+from course_lib.perf.units import GiB, format_bytes, plural
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
@@ -98,6 +99,10 @@ def weight_bytes(model: ModelSpec, dtype: str = "bf16", tensor_parallel_size: in
 
 class KVCacheMemoryError(ValueError):
     """The server cannot start: the memory plan leaves too little room for KV blocks."""
+
+
+class MaxModelLenError(ValueError):
+    """The server cannot start: ``max_model_len`` is longer than the model's context."""
 
 
 @dataclass(frozen=True)
@@ -184,38 +189,96 @@ def split_memory(
 
 
 def plan_kv_cache(model: ModelSpec, gpu: GPU, **settings) -> KVCachePlan:
-    """The memory split a server starts with; raise KVCacheMemoryError, stating the numbers and
-    the fixes, where a real server would refuse to start. ``settings`` are ``split_memory``'s."""
+    """The memory split a server starts with; raise, stating the numbers and the fixes, where a real
+    server would refuse to start: ``MaxModelLenError`` for a ``max_model_len`` beyond the model's
+    context, ``KVCacheMemoryError`` when the KV cache cannot hold one ``max_model_len`` request.
+    Every fix the error names is computed for these settings and lets the server start.
+    ``settings`` are ``split_memory``'s."""
     plan = split_memory(model, gpu, **settings)
+    if plan.max_model_len > model.max_context:
+        raise MaxModelLenError(
+            f"max_model_len={plan.max_model_len} is longer than {model.name} supports: its config.json allows "
+            f"{model.max_context:,} tokens (max_position_embeddings), and a server refuses at start-up to serve "
+            f"positions the model was never trained on. Fix: set max_model_len to {model.max_context} or less, "
+            f"or leave it unset (the server then takes the model's {model.max_context:,})."
+        )
+    if plan.max_tokens >= plan.max_model_len:
+        return plan
     dtype = settings.get("dtype", "bf16")
     setting = (
         f"{model.name} on {gpu.name} ({format_bytes(gpu.memory_bytes)}), "
         f"gpu_memory_utilization={settings.get('gpu_memory_utilization', 0.9)}, "
         f"tensor_parallel_size={settings.get('tensor_parallel_size', 1)}"
     )
+    fixes = _fixes(model, gpu, settings)
     if plan.num_blocks == 0:
+        fixed_costs = (f"the {dtype} weights take {format_bytes(plan.weight_bytes)} and the activation peak "
+                       f"{format_bytes(plan.activation_reserve_bytes)}")
+        if plan.kv_cache_bytes < 0:
+            left = f"{format_bytes(-plan.kv_cache_bytes)} more than it may use, so nothing is left for KV blocks"
+        else:
+            left = (f"leaving {format_bytes(plan.kv_cache_bytes)}, less than one {plan.block_size}-token block "
+                    f"({format_bytes(plan.block_bytes)})")
         raise KVCacheMemoryError(
             f"No available memory for the cache blocks ({setting}). The server may use "
-            f"{format_bytes(plan.budget_bytes)} of {format_bytes(gpu.memory_bytes)}, "
-            f"but the {dtype} weights take {format_bytes(plan.weight_bytes)} and the activation peak "
-            f"{format_bytes(plan.activation_reserve_bytes)}, leaving {format_bytes(plan.kv_cache_bytes)}. "
-            f"Fixes: raise gpu_memory_utilization (0.9 is the default); add tensor parallelism "
-            f"(tensor_parallel_size=2 halves the weights per GPU); use a GPU with more memory; "
-            f"or quantize the weights."
+            f"{format_bytes(plan.budget_bytes)} of {format_bytes(gpu.memory_bytes)}, but {fixed_costs}: {left}. "
+            + fixes + "use a GPU with more memory; or quantize the weights."
         )
-    if plan.max_tokens < plan.max_model_len:
-        raise KVCacheMemoryError(
-            f"The KV cache cannot hold one request of max_model_len={plan.max_model_len} tokens ({setting}). "
-            f"That request needs {plan.max_model_len} x {format_bytes(plan.bytes_per_token)} = "
-            f"{format_bytes(plan.max_model_len * plan.bytes_per_token)} of KV cache, but only "
-            f"{format_bytes(plan.num_blocks * plan.block_bytes)} is left ({plan.num_blocks} blocks of "
-            f"{plan.block_size} tokens = {plan.max_tokens} tokens) after the weights "
-            f"({format_bytes(plan.weight_bytes)}) and the activation peak "
-            f"({format_bytes(plan.activation_reserve_bytes)}). "
-            f"Fixes: raise gpu_memory_utilization (0.9 is the default); lower max_model_len to "
-            f"{plan.max_tokens} or less; lower max_num_seqs (a smaller activation peak); or add tensor "
-            f"parallelism (tensor_parallel_size=2 halves weights and "
-            + ("frees weight memory for the latent KV cache, which every TP rank holds whole)."
-               if model.uses_mla else "KV heads per GPU).")
-        )
-    return plan
+    raise KVCacheMemoryError(
+        f"The KV cache cannot hold one request of max_model_len={plan.max_model_len} tokens ({setting}). "
+        f"That request needs {plan.max_model_len} x {format_bytes(plan.bytes_per_token)} = "
+        f"{format_bytes(plan.max_model_len * plan.bytes_per_token)} of KV cache, but only "
+        f"{format_bytes(plan.num_blocks * plan.block_bytes)} is left ({plan.num_blocks} blocks of "
+        f"{plan.block_size} tokens = {plan.max_tokens} tokens) after the weights "
+        f"({format_bytes(plan.weight_bytes)}) and the activation peak "
+        f"({format_bytes(plan.activation_reserve_bytes)}). "
+        + fixes + f"lower max_model_len to {plan.max_tokens} or less; or lower max_num_seqs (a smaller "
+        f"activation peak)."
+    )
+
+
+def _starts(model: ModelSpec, gpu: GPU, settings: dict, **change) -> bool:
+    """Whether a server with ``settings`` changed by ``change`` holds one ``max_model_len`` request."""
+    plan = split_memory(model, gpu, **{**settings, **change})
+    return plan.max_tokens >= plan.max_model_len
+
+
+def utilization_to_start(model: ModelSpec, gpu: GPU, **settings) -> float | None:
+    """The least ``gpu_memory_utilization``, in hundredths, at which the server starts with the other
+    ``settings`` unchanged; None when even 1.0 is not enough."""
+    plan = split_memory(model, gpu, **settings)
+    needed = (plan.weight_bytes + plan.activation_reserve_bytes
+              + math.ceil(plan.max_model_len / plan.block_size) * plan.block_bytes)
+    first = max(1, math.floor(needed / plan.gpu_memory_bytes * 100))  # rounding decides the last hundredth
+    return next((hundredths / 100 for hundredths in range(first, 101)
+                 if _starts(model, gpu, settings, gpu_memory_utilization=hundredths / 100)), None)
+
+
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)  # one node's GPUs
+
+
+def tensor_parallel_to_start(model: ModelSpec, gpu: GPU, **settings) -> int | None:
+    """The smallest tensor-parallel size of one node (2, 4 or 8), larger than the current one and
+    dividing the model's attention heads (as vLLM requires), at which the server starts with the
+    other ``settings`` unchanged; None when there is none."""
+    current = settings.get("tensor_parallel_size", 1)
+    return next((size for size in TENSOR_PARALLEL_SIZES if size > current and model.num_heads % size == 0
+                 and _starts(model, gpu, settings, tensor_parallel_size=size)), None)
+
+
+def _fixes(model: ModelSpec, gpu: GPU, settings: dict) -> str:
+    """'Fixes: ...; ' for a server that does not start: the utilization and the tensor-parallel size
+    that would start it, each only where one exists (the caller appends its own fixes)."""
+    fixes = []
+    utilization = utilization_to_start(model, gpu, **settings)
+    if utilization is not None:
+        fixes.append(f"raise gpu_memory_utilization to {utilization:.2f} or more"
+                     + (" (0.9, the default, is enough)" if utilization <= 0.9 else ""))
+    size = tensor_parallel_to_start(model, gpu, **settings)
+    if size is not None:
+        weights = format_bytes(weight_bytes(model, settings.get("dtype", "bf16"), size))
+        kv = ("the whole latent KV cache, which TP cannot split" if model.uses_mla
+              else f"{plural(kv_heads_per_gpu(model, size), 'KV head')} of {model.num_kv_heads}")
+        fixes.append(f"use tensor_parallel_size={size} (each GPU then holds {weights} of weights and {kv})")
+    short = "" if utilization is not None else "Not even gpu_memory_utilization=1.0 would be enough with these settings. "
+    return short + "Fixes: " + "".join(fix + "; " for fix in fixes)

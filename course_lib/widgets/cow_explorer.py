@@ -39,7 +39,7 @@ class CopyOnWriteExplorer(w.VBox):
         )
 
         def draw():
-            fig = new_figure(9, 0.6 + 0.45 * self.num_samples.value)
+            fig = new_figure(9, 0.9 + 0.42 * self.num_samples.value)  # one sample's row still has room for its ids
             draw_block_tables(fig.subplots(), run_parallel_sampling(*shape))
             fig.tight_layout()
             return fig

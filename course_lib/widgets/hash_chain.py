@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
 from course_lib.engine.block_hash import hash_request_blocks
+from course_lib.widgets.box_labels import label_style
 
 
 def prefix_hits(chains: list[list[bytes]]) -> list[int]:
@@ -45,7 +46,6 @@ def hash_chains(prompts: dict[str, list[int]], block_size: int,
 
 LABEL_DIGITS = 4  # hex digits of a hash shown on its block
 BOX_WIDTH, BOX_HEIGHT = 0.92, 0.8  # a block's box, in block and row units
-SMALLEST_LABEL_PT = 5.0
 
 
 def distinct_colours(count: int) -> list[tuple[float, float, float]]:
@@ -62,22 +62,6 @@ def ink_on(colour: tuple[float, float, float]) -> str:
     return "black" if 0.2126 * red + 0.7152 * green + 0.0722 * blue > 0.4 else "white"
 
 
-def label_style(ax, num_columns: float, num_rows: int) -> dict | None:
-    """Font size and angle that fit a ``LABEL_DIGITS``-digit label inside a block's box, from the
-    axes' size in points (shrunk by a margin, since a later tight layout can shrink the axes a
-    little); None when no legible size fits."""
-    extent = ax.get_window_extent()
-    to_points = 72 / ax.figure.dpi
-    box_width = 0.85 * extent.width * to_points / num_columns * BOX_WIDTH
-    box_height = 0.85 * extent.height * to_points / num_rows * BOX_HEIGHT
-    text_length, line_height = 0.68 * LABEL_DIGITS, 1.3  # DejaVu Sans hex digits, per point of font size
-    across = min(9.0, 0.9 * box_width / text_length, 0.9 * box_height / line_height)
-    upright = min(9.0, 0.9 * box_height / text_length, 0.9 * box_width / line_height)
-    if max(across, upright) < SMALLEST_LABEL_PT:
-        return None
-    return {"fontsize": across, "rotation": 0} if across >= min(upright, 8.0) else {"fontsize": upright, "rotation": 90}
-
-
 def draw_hash_chains(ax, prompts: dict[str, list[int]], block_size: int,
                      cache_salts: dict[str, str | None] | None = None) -> list[int]:
     """One row per prompt (served in the given order), one box per block, coloured by its hash (one
@@ -87,7 +71,7 @@ def draw_hash_chains(ax, prompts: dict[str, list[int]], block_size: int,
     distinct = list(dict.fromkeys(block_hash for chain in chains for block_hash in chain))
     colour_of = dict(zip(distinct, distinct_colours(len(distinct))))
     width = max(len(tokens) for tokens in prompts.values()) / block_size + 1
-    style = label_style(ax, width + 0.1, len(prompts))
+    style = label_style(ax, width + 0.1, len(prompts), LABEL_DIGITS, BOX_WIDTH, BOX_HEIGHT)
     labels = []
     for row, ((name, tokens), chain, hit) in enumerate(zip(prompts.items(), chains, hits)):
         y = len(prompts) - 1 - row

@@ -6,17 +6,17 @@ import ipywidgets as w
 
 from course_lib.perf.kv import DTYPE_BYTES, kv_bytes_per_token
 from course_lib.perf.models import MODELS, ModelSpec, attention_variants, kv_head_choices
-from course_lib.perf.units import GiB, format_bytes
+from course_lib.perf.units import GiB, KiB, format_bytes, plural
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time, tight_layout_afresh
 from course_lib.widgets.selection_readout import with_readout
 
 CONTEXTS = [2**k for k in range(9, 18)]  # 512 .. 131072 tokens
+H100_GIB = 80  # a line for scale: one H100's memory
 
 
 def attention_kinds(spec: ModelSpec) -> list[tuple[str, int]]:
     """(label, KV heads) for the MHA, GQA and MQA variants of this model (``attention_variants``)."""
-    return [(f"{v.attention_kind}, {v.num_kv_heads} KV head{'s' if v.num_kv_heads > 1 else ''}", v.num_kv_heads)
-            for v in attention_variants(spec)]
+    return [(f"{v.attention_kind}, {plural(v.num_kv_heads, 'KV head')}", v.num_kv_heads) for v in attention_variants(spec)]
 
 
 class KVCalculator(w.VBox):
@@ -62,9 +62,13 @@ class KVCalculator(w.VBox):
         spec = self.spec
         self._loading = True
         try:
-            self.kv_heads.options = kv_head_choices(spec.num_heads)
-            self.layers.value, self.kv_heads.value = spec.num_layers, spec.num_kv_heads
-            self.head_dim.value = spec.head_dim
+            # New options and the preset's choice travel to the browser in one message: sent apart,
+            # the slider would first hold its old position among the new options, clamped to the last
+            # one (71 KV heads for Falcon-7B), and send that back as the learner's choice.
+            with self.kv_heads.hold_sync():
+                self.kv_heads.options = kv_head_choices(spec.num_heads)
+                self.kv_heads.value = spec.num_kv_heads
+            self.layers.value, self.head_dim.value = spec.num_layers, spec.head_dim
         finally:
             self._loading = False
         self.refresh()
@@ -84,11 +88,13 @@ class KVCalculator(w.VBox):
             return
         token = self.per_token()
         seq, batch = token * self.context.value, token * self.context.value * self.batch.value
+        in_units = f" = {format_bytes(token)}" if token >= KiB else ""  # not "512 B = 512 B"
         self.readout.value = (
-            f"<div style='padding-left:2em;font-size:110%'>2 x {self.layers.value} layers x {self.kv_heads.value} KV heads"
-            f" x {self.head_dim.value} x {DTYPE_BYTES[self.dtype.value]} B<br>= <b>{token:,.0f} B = "
-            f"{format_bytes(token)} per token</b><br>x {self.context.value:,} tokens = <b>{format_bytes(seq)}"
-            f" per sequence</b><br>x {self.batch.value} sequences = <b>{format_bytes(batch)} per batch</b></div>"
+            f"<div style='padding-left:2em;font-size:110%'>2 x {plural(self.layers.value, 'layer')} x "
+            f"{plural(self.kv_heads.value, 'KV head')} x {self.head_dim.value} x {DTYPE_BYTES[self.dtype.value]} B"
+            f"<br>= <b>{token:,.0f} B{in_units} per token</b><br>x {self.context.value:,} tokens = "
+            f"<b>{format_bytes(seq)} per sequence</b><br>x {plural(self.batch.value, 'sequence')} = "
+            f"<b>{format_bytes(batch)} per batch</b></div>"
         )
         if self.curve_settings() != self.plotted:
             self.figure.redraw(self.draw)
@@ -106,10 +112,12 @@ class KVCalculator(w.VBox):
             ax.plot(CONTEXTS, [self.per_token(heads) * c * self.batch.value / GiB for c in CONTEXTS], label=label,
                     lw=1.2)
         ax.plot(CONTEXTS, [token * c * self.batch.value / GiB for c in CONTEXTS], "k--", lw=2,
-                label=f"chosen: {self.kv_heads.value} KV heads")
-        ax.axhline(80, color="grey", lw=0.8)
-        ax.text(CONTEXTS[0], 85, "80 GiB: one H100", fontsize=8, color="grey")
-        ax.set_title(f"KV cache of {self.batch.value} sequences vs context length ({self.spec.num_heads} query heads)")
+                label=f"chosen: {plural(self.kv_heads.value, 'KV head')}")
+        # named in the legend, which finds room clear of the curves, not by a label on the plot that
+        # the frame or a curve can run through
+        ax.axhline(H100_GIB, color="grey", lw=0.8, label=f"{H100_GIB} GiB: one H100's memory")
+        ax.set_title(f"KV cache of {plural(self.batch.value, 'sequence')} vs context length "
+                     f"({self.spec.num_heads} query heads)")
         ax.legend(fontsize=8)
         tight_layout_afresh(self.plot)
         return self.plot

@@ -13,8 +13,11 @@ from matplotlib.patches import Patch, Rectangle
 from course_lib.paging.block_table import CopyOnWriteBlockTables
 from course_lib.paging.paged import PagedAllocator
 from course_lib.paging.reserve_for_max import ReserveForMaxAllocator
+from course_lib.perf.units import plural
+from course_lib.widgets.box_labels import label_style, tick_step
 
 STORED_ALPHA, HELD_ALPHA = 0.95, 0.25
+BLOCK_WIDTH, BLOCK_HEIGHT = 0.92, 0.85  # a block table's cell, in block and row units
 STRANDED = "#d62728"
 
 
@@ -69,8 +72,8 @@ def _add_boxes(ax, boxes: list[tuple[float, float, float, float]], **style) -> N
 
 
 def _block_ticks(ax, count: int, every: int = 1) -> None:
-    """Whole-number block ticks under the middle of each drawn block (blocks span [i, i + 0.92])."""
-    ax.set_xticks([i + 0.46 for i in range(0, count, every)], [str(i) for i in range(0, count, every)])
+    """Whole-number block ticks under the middle of each drawn block (blocks span [i, i + BLOCK_WIDTH])."""
+    ax.set_xticks([i + BLOCK_WIDTH / 2 for i in range(0, count, every)], [str(i) for i in range(0, count, every)])
 
 
 def draw_paged(ax, pool: PagedAllocator, columns: int = 32):
@@ -110,21 +113,25 @@ def draw_block_tables(ax, tables: CopyOnWriteBlockTables):
     copied = {new for _, new in tables.copies}
     seqs = list(tables.block_tables)
     width = max((len(t) for t in tables.block_tables.values()), default=1)
+    widest = max((len(str(b)) for t in tables.block_tables.values() for b in t), default=1)
+    style = label_style(ax, width, len(seqs), widest, BLOCK_WIDTH, BLOCK_HEIGHT)  # ids inside their cells
     cells, faces, edges = [], [], []
     for row, seq in enumerate(seqs):
         y = len(seqs) - 1 - row
         for col, block in enumerate(tables.block_tables[seq]):
-            cells.append((col, y, 0.92, 0.85))
+            cells.append((col, y, BLOCK_WIDTH, BLOCK_HEIGHT))
             faces.append("#ff9f40" if tables.ref_counts[block] > 1 else "#5b9bd5")
             edges.append(1.8 if block in copied else 0.4)
-            ax.text(col + 0.46, y + 0.42, str(block), ha="center", va="center", fontsize=9,
-                    fontweight="bold" if block in copied else "normal")
+            if style:
+                ax.text(col + BLOCK_WIDTH / 2, y + BLOCK_HEIGHT / 2, str(block), ha="center", va="center",
+                        fontweight="bold" if block in copied else "normal", **style)
     _add_boxes(ax, cells, facecolors=faces, edgecolors="black", linewidths=edges)
     ax.set_xlim(0, width)
-    _block_ticks(ax, width)
+    _block_ticks(ax, width, every=tick_step(ax, width, len(str(width - 1))))
     ax.set_ylim(0, len(seqs))
     ax.set_yticks([len(seqs) - 1 - r + 0.42 for r in range(len(seqs))], seqs)
-    ax.set_xlabel(f"logical block ({tables.block_size} tokens each); cell text = physical block id")
+    ids = "cell text = physical block id" if style else "cells too narrow to show their physical block ids"
+    ax.set_xlabel(f"logical block ({tables.block_size} tokens each); {ids}")
     ax.set_ylabel("sequence")
     ax.set_title("Block tables after parallel sampling (orange = shared, bold edge = copied on write)")
     return ax
@@ -141,13 +148,14 @@ def draw_block_reads(ax, block_tables: list[list[int]], seq_lens: list[int], blo
             filled = min(block_size, length - step * block_size) / block_size
             ax.add_patch(Rectangle((block, 0), 0.92, 0.9 * filled, facecolor=color, alpha=0.85, lw=0))
             ax.text(block + 0.46, 0.45, str(step), ha="center", va="center", fontsize=9, color="black")
-        ax.plot([], [], color=color, lw=6, label=f"program {seq}: sequence {seq}, {length} tokens")
+        ax.plot([], [], color=color, lw=6, label=f"sequence {seq}: {plural(length, 'token')}")
     ax.set_xlim(0, num_blocks)
     _block_ticks(ax, num_blocks)
-    ax.set_ylim(-0.1, 1)
+    ax.set_ylim(-0.1, 1.3)  # the legend's row above the blocks: inside the frame, clear of them
     ax.set_yticks([])
     ax.set_xlabel(f"physical block id ({block_size} tokens each); number = order the program reads it")
     ax.set_ylabel("KV pool")
-    ax.set_title("What each decode program reads through its block table")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=3, fontsize=9, frameon=False)
+    ax.set_title("What each sequence's decode program reads through its block table")
+    ax.legend(loc="upper center", ncol=len(block_tables), fontsize=9, frameon=False, borderaxespad=0.2,
+              handlelength=1.2, columnspacing=1.2)
     return ax

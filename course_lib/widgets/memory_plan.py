@@ -8,9 +8,9 @@ import html
 import ipywidgets as w
 
 from course_lib.perf.hardware import GPUS
-from course_lib.perf.kv import KVCacheMemoryError, plan_kv_cache, split_memory
+from course_lib.perf.kv import KVCacheMemoryError, MaxModelLenError, plan_kv_cache, split_memory
 from course_lib.perf.models import MODELS
-from course_lib.perf.units import GiB
+from course_lib.perf.units import GiB, format_bytes
 from course_lib.widgets.figure_pane import FigurePane, new_figure, one_at_a_time
 from course_lib.widgets.selection_readout import with_readout
 
@@ -48,7 +48,7 @@ class MemoryPlanExplorer(w.VBox):
         gpu, model = GPUS[self.gpu.value], MODELS[self.model.value]
         try:
             plan = plan_kv_cache(model, gpu, **self.settings())
-        except KVCacheMemoryError as error:
+        except (KVCacheMemoryError, MaxModelLenError) as error:
             self.verdict.value = f"<p style='color:#cf222e'><b>Server refuses to start.</b> {html.escape(str(error))}</p>"
         else:
             self.verdict.value = (
@@ -75,11 +75,13 @@ class MemoryPlanExplorer(w.VBox):
             left += size
         if plan.weight_bytes > plan.budget_bytes:
             ax.axvline(plan.weight_bytes / GiB, color="#cf222e", ls="--", lw=1.5, label="end of the weights")
-        needed = plan.max_model_len * plan.bytes_per_token
+        if plan.max_model_len > model.max_context:
+            title = f"{model.name} on {gpu.name}: max_model_len is above the model's {model.max_context:,} tokens"
+        else:
+            needed = format_bytes(plan.max_model_len * plan.bytes_per_token, whole=True)
+            title = f"{model.name} on {gpu.name}: one {plan.max_model_len:,}-token request needs {needed} of KV"
         ax.set(xlabel="GPU memory per GPU (GiB)", yticks=[],
-               xlim=(0, max(plan.gpu_memory_bytes, plan.weight_bytes) / GiB * 1.02),
-               title=f"{model.name} on {gpu.name}: one {plan.max_model_len:,}-token request needs "
-                     f"{needed / GiB:.1f} GiB of KV")
+               xlim=(0, max(plan.gpu_memory_bytes, plan.weight_bytes) / GiB * 1.02), title=title)
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         fig.tight_layout()
         return fig

@@ -53,6 +53,17 @@ def test_the_committed_table_covers_every_kernel_shape_and_target(suite_report):
     assert "decode" in table(committed["rows"]) and "sm_100" in table(committed["rows"])
 
 
+def test_lesson_01s_table_of_one_shape_fits_its_output_area():
+    """Lesson 01 prints the suite shape's rows under a heading that names the shape: the table then
+    leaves the shape column out, and each line fits the notebook's output (well under 100 characters)."""
+    committed = json.loads(RESULTS.read_text())
+    lines = table([row for row in committed["rows"] if row["shape"] == SUITE_SHAPE.label]).splitlines()
+    assert lines[0].split() == ["kernel", *TARGETS] and SUITE_SHAPE.label not in "\n".join(lines)
+    assert max(len(line) for line in lines) < 80
+    assert len({line.index("regs") for line in lines[1:]}) == 1  # figures line up under their target
+    assert "shape" in table(committed["rows"]).splitlines()[0]  # several shapes: the column is back
+
+
 def test_the_fused_allreduce_norm_kernel_compiles_for_every_target_without_spilling():
     """8 peers' bf16 partials of a 4096-wide row (Llama-3-8B on 8 tensor-parallel ranks)."""
     rows = measure((NORM_SUITE_SHAPE,), names=list(norm_kernels()))["rows"]
