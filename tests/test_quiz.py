@@ -11,7 +11,7 @@ from course_lib.quiz.learner import LEARNER_VARIABLE, answers_path
 from course_lib.quiz.questions import Matching, MultiSelect, Numeric, SingleChoice
 from course_lib.quiz.scorecard import REVEAL_AFTER, Scorecard, first_try_correct
 from course_lib.quiz.text import render_text
-from course_lib.widgets.quiz import UNCHOSEN, QuizWidget, show_quiz
+from course_lib.widgets.quiz import UNCHOSEN, QuizWidget, show_quiz, typed_number
 
 BANKS = [load_bank(path) for path in sorted(QUIZ_DIR.glob("*.yaml"))]
 
@@ -208,10 +208,10 @@ def test_widget_is_driven_like_a_learner(bank):
     assert "✓" in many.feedback.value
 
     num = quiz.cards["num"]
-    num.control.children[0].value = 1000
+    num.control.children[0].value = "1000"
     num.check_button.click()
     assert "✗" in num.feedback.value and "too low" in num.feedback.value and "131,072" not in num.feedback.value
-    num.control.children[0].value = 131072
+    num.control.children[0].value = "131,072"
     num.check_button.click()  # right on the second try: shown, not scored
     assert "✓" in num.feedback.value and "Try 2, for practice" in num.feedback.value
 
@@ -231,6 +231,34 @@ def test_widget_is_driven_like_a_learner(bank):
 
     assert (quiz.scorecard.score, quiz.scorecard.solved) == (3, 5)  # num and bug were solved on a retry
     assert "first-try score 3/5" in quiz.score_label.value and "Only your first answer" in quiz.children[0].value
+
+
+def test_an_untouched_number_box_is_neither_judged_nor_recorded(bank):
+    quiz = QuizWidget(bank, learner="ada")
+    num = quiz.cards["num"]
+    assert num.control.children[0].value == ""  # empty, not 0: there is no answer to judge yet
+    num.check_button.click()
+    assert "Type a number first" in num.feedback.value and quiz.scorecard.records == {}
+    for not_a_number in ("128 KiB", "lots", "nan"):
+        num.control.children[0].value = not_a_number
+        num.check_button.click()
+        assert "Type a number alone" in num.feedback.value and quiz.scorecard.records == {}
+    assert "0 / 5 answered" in quiz.answered_label.value
+    num.control.children[0].value = " 131072 "
+    num.check_button.click()  # the first number typed is the scored first try
+    assert "✓" in num.feedback.value and quiz.scorecard.records["num"].first_correct
+
+
+@pytest.mark.parametrize("text, number", [("131072", 131072), ("131,072", 131072), ("1,048,576.5", 1048576.5),
+                                          ("-0.5", -0.5), ("6.5e-2", 0.065), ("0", 0), ("", None), ("  ", None)])
+def test_typed_numbers(text, number):
+    assert typed_number(text) == number
+
+
+@pytest.mark.parametrize("text", ["1,0", "12,34", "65.5 ms", "inf", "0x10"])
+def test_typed_text_that_is_no_number_says_what_to_type(text):
+    with pytest.raises(ValueError, match="Type a number alone"):
+        typed_number(text)
 
 
 def test_long_options_wrap_within_the_card(bank):
@@ -276,7 +304,7 @@ def test_show_quiz_finds_a_bank_by_name_and_picks_up_earlier_tries(home):
     quiz = show_quiz("01_paging")
     assert quiz.bank.source == "01_paging.yaml" and quiz.learner.startswith("learner-")
     card = quiz.cards["kv-bytes-llama3"]
-    card.control.children[0].value = 1
+    card.control.children[0].value = "1"
     card.check_button.click()
     again = show_quiz("01_paging")  # the cell run again, or a new session
     assert again.learner == quiz.learner and again.scorecard.records["kv-bytes-llama3"].attempts == 1

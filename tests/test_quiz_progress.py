@@ -44,7 +44,7 @@ def test_the_widget_shows_the_counter_under_the_last_card_and_updates_it():
     quiz.cards["a"].control.value = 0
     quiz.cards["a"].check_button.click()
     assert "1 / 2 answered" in quiz.answered_label.value
-    quiz.cards["n"].control.children[0].value = 2
+    quiz.cards["n"].control.children[0].value = "2"
     quiz.cards["n"].check_button.click()
     assert "2 / 2 answered" in quiz.answered_label.value
 

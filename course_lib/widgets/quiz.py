@@ -18,6 +18,7 @@ options, drop-downs).
 from __future__ import annotations
 
 import html
+import math
 import re
 from pathlib import Path
 
@@ -78,6 +79,27 @@ def as_plain(text: str) -> str:
     return _INLINE_CODE.sub(r"\1", text)
 
 
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+
+
+def typed_number(text: str) -> float | None:
+    """The number typed into a numeric answer box, or None when the box is empty (nothing to judge).
+    Commas between thousands are read as such (131,072); anything else that is not a finite number
+    raises ValueError saying what to type."""
+    text = text.strip()
+    if not text:
+        return None
+    if _THOUSANDS.fullmatch(text):
+        text = text.replace(",", "")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError("Type a number alone, such as 131072 or 0.5: the unit is given beside the box.")
+    return value
+
+
 def _word(correct: bool) -> str:
     return "right" if correct else "wrong"
 
@@ -119,8 +141,8 @@ class QuestionCard(w.VBox):
             for box in boxes:
                 box.add_class("course-quiz-option")
             return w.VBox(boxes)
-        if isinstance(q, Numeric):
-            return w.HBox([w.FloatText(value=0.0, layout=w.Layout(width="14em")), w.Label(q.unit)])
+        if isinstance(q, Numeric):  # a text box: it starts empty, so an untouched box answers nothing
+            return w.HBox([w.Text(value="", placeholder="a number", layout=w.Layout(width="14em")), w.Label(q.unit)])
         if isinstance(q, Matching):
             choices = [(UNCHOSEN, UNCHOSEN), *((as_plain(c), c) for c in q.choice_order(self.learner))]
             # A drop-down shows one line and never wraps: size it to its longest choice (the
@@ -145,25 +167,30 @@ class QuestionCard(w.VBox):
         raise TypeError(f"No card for question kind {q.kind!r}.")
 
     def current_answer(self):
-        """The answer the controls hold now, in the bank's terms, or None if there is none yet."""
+        """The answer the controls hold now, in the bank's terms, or None if there is none yet;
+        ValueError, saying what to type, for a numeric box that holds no number."""
         q, c = self.question, self.control
         if isinstance(q, SingleChoice):
             return c.value
         if isinstance(q, MultiSelect):
             return {i for i, box in zip(self.order, c.children) if box.value}
         if isinstance(q, Numeric):
-            return c.children[0].value
+            return typed_number(c.children[0].value)
         if isinstance(q, Matching):
             chosen = {left: row.children[1].value for (left, _), row in zip(q.pairs, c.children)}
             return None if UNCHOSEN in chosen.values() else chosen
         raise TypeError("spot-the-bug cards are answered by clicking a line")
 
     def submit(self, answer=None) -> Feedback | None:
-        """Check the given answer (or the controls' current one), show and record the feedback."""
-        answer = self.current_answer() if answer is None else answer
+        """Check the given answer (or the controls' current one), show and record the feedback.
+        No answer yet (nothing picked, an empty number box) or text that is no number is neither
+        judged nor recorded: the feedback says what to do first."""
+        try:
+            answer = self.current_answer() if answer is None else answer
+        except ValueError as error:
+            return self._ask(str(error))
         if answer is None or answer == set():
-            self.feedback.value = "<span style='color:#a15c00'>Pick an answer first.</span>"
-            return None
+            return self._ask("Type a number first." if isinstance(self.question, Numeric) else "Pick an answer first.")
         feedback = self.scorecard.answer(self.question.id, answer)
         color, mark = ("#1a7f37", "✓") if feedback.correct else ("#cf222e", "✗")
         record = self.scorecard.records[self.question.id]
@@ -173,6 +200,9 @@ class QuestionCard(w.VBox):
         self.feedback.value = f"<span style='color:{color}'>{mark} {as_html(feedback.message)}</span>{note}"
         self._on_answer()
         return feedback
+
+    def _ask(self, request: str) -> None:
+        self.feedback.value = f"<span style='color:#a15c00'>{as_html(request)}</span>"
 
 
 class QuizWidget(w.VBox):
