@@ -32,11 +32,22 @@ assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One check's outcome. ``fix`` says how to repair a failed required check; for an optional one
+    (``required=False``) it is advice, shown as such, since nothing needs fixing."""
+
     name: str
     ok: bool
     detail: str
     fix: str = ""
     required: bool = True
+
+    @property
+    def advice(self) -> str:
+        """What the learner reads under a check that did not pass: 'fix: ...' where something must be
+        repaired, the advice alone where the check is optional; empty when there is none."""
+        if self.ok or not self.fix:
+            return ""
+        return f"fix: {self.fix}" if self.required else self.fix
 
 
 def check_python() -> CheckResult:
@@ -60,7 +71,8 @@ def check_gpu() -> CheckResult:
 
     if not torch.cuda.is_available():
         return CheckResult("GPU", False, "none: everything runs on the CPU; Triton kernels in the interpreter",
-                           "Optional. On a GPU box, install a CUDA build of torch before ./course lab.", required=False)
+                           "To use a GPU later: on a GPU box, install a CUDA build of torch before ./course lab.",
+                           required=False)
     properties = torch.cuda.get_device_properties(0)
     return CheckResult("GPU", True, f"{torch.cuda.device_count()} x {properties.name}, "
                                     f"{properties.total_memory / 2**30:.1f} GiB each", required=False)
@@ -179,18 +191,21 @@ def as_text(results: list[CheckResult]) -> str:
     for r in results:
         mark = "ok  " if r.ok else ("FAIL" if r.required else "note")
         lines.append(f"[{mark}] {r.name:20} {r.detail}")
-        if not r.ok and r.fix:
-            lines.append(f"       fix: {r.fix}")
+        if r.advice:
+            lines.append(f"       {r.advice}")
     ready = all(r.ok for r in results if r.required)
     lines.append("Ready for the course." if ready else "Fix the FAIL lines above, then run the check again.")
     return "\n".join(lines)
 
 
 def as_html(results: list[CheckResult]) -> str:
+    """The results as a table whose text reads from the left (JupyterLab right-aligns table cells)."""
+    left = "text-align:left"
     rows = "".join(
-        f"<tr><td style='color:{'#1a7f37' if r.ok else '#cf222e' if r.required else '#9a6700'}'><b>"
-        f"{'ok' if r.ok else 'FAIL' if r.required else 'note'}</b></td><td><b>{html.escape(r.name)}</b></td>"
-        f"<td>{html.escape(r.detail)}{'<br><i>fix: ' + html.escape(r.fix) + '</i>' if not r.ok and r.fix else ''}</td></tr>"
+        f"<tr><td style='{left};color:{'#1a7f37' if r.ok else '#cf222e' if r.required else '#9a6700'}'><b>"
+        f"{'ok' if r.ok else 'FAIL' if r.required else 'note'}</b></td><td style='{left}'><b>{html.escape(r.name)}</b>"
+        f"</td><td style='{left}'>{html.escape(r.detail)}"
+        f"{'<br><i>' + html.escape(r.advice) + '</i>' if r.advice else ''}</td></tr>"
         for r in results)
     return f"<table>{rows}</table>"
 

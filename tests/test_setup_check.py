@@ -56,6 +56,22 @@ def test_failures_show_their_fix():
     assert "fix: pip install triton" in as_html(results)
 
 
+def test_an_optional_note_gives_advice_not_a_fix():
+    results = [CheckResult("Triton", False, "not installed", "pip install triton"),
+               CheckResult("GPU", False, "none", "To use a GPU later: install a CUDA build of torch.", required=False)]
+    text, page = as_text(results), as_html(results)
+    assert "fix: pip install triton" in text and "fix: pip install triton" in page
+    assert "To use a GPU later" in text and "To use a GPU later" in page
+    assert text.count("fix:") == page.count("fix:") == 1  # nothing needs fixing when no GPU is found
+
+
+def test_the_table_reads_from_the_left():
+    """JupyterLab right-aligns table cells; every cell of the check table says where its text starts."""
+    page = as_html([CheckResult("Python", True, "3.11 at /usr/bin/python3"),
+                    CheckResult("GPU", False, "none", "advice", required=False)])
+    assert page.count("<td") == 6 == page.count("<td style='text-align:left")
+
+
 def test_a_check_that_raises_becomes_a_failed_line(monkeypatch):
     import course_lib.setup_check as setup_check
 
