@@ -63,3 +63,13 @@ def test_a_speed_ratio_is_worded_by_its_side_of_one():
 
     assert format_speedup(1.5) == "1.50x faster" and format_speedup(0.5) == "2.00x slower"
     assert format_speedup(0.94) == "1.06x slower" and format_speedup(1.001) == "no faster or slower (1.00x)"
+
+
+@pytest.mark.parametrize("value, text", [
+    (4.77e-7, "4.8 × 10⁻⁷"), (3.81e-6, "3.8 × 10⁻⁶"), (1e-7, "1 × 10⁻⁷"), (9.96e-7, "1 × 10⁻⁶"), (0.0, "0"),
+    (-1.2e-8, "-1.2 × 10⁻⁸"), (2.5e12, "2.5 × 10¹²"),
+])
+def test_format_power_of_ten(value, text):
+    from course_lib.perf.units import format_power_of_ten
+
+    assert format_power_of_ten(value) == text and "e" not in text

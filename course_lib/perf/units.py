@@ -46,6 +46,20 @@ def format_si(value: float, unit: str, digits: int = 3) -> str:
     return f"{format_number(value, digits)} {unit}"
 
 
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def format_power_of_ten(value: float, digits: int = 2) -> str:
+    """``value`` as ``digits`` significant digits times a power of ten written in superscripts, for
+    values too small or large to read as decimals, never in e-notation: 4.77e-7 -> '4.8 × 10⁻⁷',
+    3.81e-6 -> '3.8 × 10⁻⁶', 1e-7 -> '1 × 10⁻⁷', 0 -> '0'."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    return f"{mantissa} × 10{str(int(exponent)).translate(SUPERSCRIPT)}"
+
+
 def format_duration(seconds: float, digits: int = 3) -> str:
     """``seconds`` in the unit that fits it, s, ms, µs or ns, to ``digits`` significant digits, never in
     e-notation: 4.2949 -> '4.29 s', 0.00511 -> '5.11 ms', 9.02e-5 -> '90.2 µs'. A value that rounds up to

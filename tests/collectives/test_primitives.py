@@ -37,5 +37,7 @@ def test_identities_async_and_every_parallelism_strategy(world_size):
         assert set(strategies) == {"data parallel (DDP): all-reduce", "fully sharded (FSDP): all-gather + reduce-scatter",
                                    "tensor parallel: all-reduce", "mixture of experts: all-to-all",
                                    "pipeline parallel: send/recv"}
-        assert max(strategies.values()) < 1e-4, strategies
+        # relative to the values: float32 rounding where ranks add in another order, exact where they only move
+        assert max(strategies.values()) < 1e-6, strategies
+        assert strategies["mixture of experts: all-to-all"] == strategies["pipeline parallel: send/recv"] == 0
     assert torch.distributed.is_initialized() is False  # nothing leaks into the caller's process
