@@ -1,5 +1,6 @@
 """Module 04's roofline widget: where the steps land, and the figure a learner reads values off."""
 
+import math
 import re
 import time
 
@@ -186,3 +187,20 @@ def test_every_control_answers_within_a_second():
         started = time.perf_counter()
         control.value = value
         assert time.perf_counter() - started < 1.0, f"{control.description} took over a second"
+
+
+def test_a_measured_roofline_spanning_under_two_decades_labels_only_one_two_five():
+    """A rerun's y axis spanned under two decades and plotly labelled every minor tick ('5' to '9'
+    stacked): ticks are now 1, 2 and 5 times each power of ten, each labelled once in SI."""
+    machine = MachineRoofline("a CPU", 300e9, 23e9, 2048, 1 << 28, 1, 1.0).as_gpu()
+    model = get_model("Llama-3.2-1B")
+    steps = {"prefill": [[(0, 64)], [(0, 512)]], "decode": [[(64, 1)] * 4, [(64, 1)] * 32]}
+    points = [StepPoint(phase, phase, cost, cost.time_s * 3) for phase, shapes in steps.items() for shape in shapes
+              for cost in [step_cost(model, machine, shape, "fp32", AT_THE_ROOFS)]]
+    fig = roofline_figure(machine, points)
+    axis = fig.layout.yaxis
+    low, high = figure_extents(fig)["y"]
+    assert 1 < math.log10(high / low) < 2  # the case: under two decades
+    assert axis.tickmode == "array" and len(axis.tickvals) <= 7
+    assert {round(v / 10 ** math.floor(math.log10(v))) for v in axis.tickvals} <= {1, 2, 5}
+    assert all(text.endswith(("G", "T")) for text in axis.ticktext)
