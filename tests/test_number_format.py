@@ -39,10 +39,12 @@ def test_format_bytes_whole_drops_only_a_zero_decimal():
     assert format_bytes(1536, whole=True) == "1.5 KiB" and format_bytes(100, whole=True) == "100 B"
 
 
-def test_log_ticks_carry_units_and_bracket_the_data():
+def test_log_ticks_carry_units_and_lie_on_the_data():
     ticks = time_ticks(9e-7, 17.2)
-    assert ticks["ticktext"][0] == "100 ns" and ticks["ticktext"][-1] == "100 s" and "1 ms" in ticks["ticktext"]
+    assert ticks["ticktext"][0] == "1 µs" and ticks["ticktext"][-1] == "10 s" and "1 ms" in ticks["ticktext"]
     assert all(any(u in t for u in (" s", "ms", "µs", "ns")) for t in ticks["ticktext"])
+    narrow = time_ticks(2e-3, 8e-3)  # inside one decade: still labelled, at 1-2-5 or whole steps
+    assert narrow["ticktext"][0] == "2 ms" and len(narrow["tickvals"]) >= 3
     sizes = bytes_ticks(1024, 4 * 2**30)
     assert sizes["tickvals"][:2] == [1024, 16384] and sizes["ticktext"][:3] == ["1 KiB", "16 KiB", "256 KiB"]
     assert sizes["tickvals"][-1] >= 4 * 2**30

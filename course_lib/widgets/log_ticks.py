@@ -1,8 +1,9 @@
 """Ticks for log axes, each labelled with its unit: '1 µs', '10 ms', '1 s'; '1 KiB', '64 MiB'.
 
 Left to itself plotly labels a log axis in mixed forms ('100k', '10k', '1000') and, with an SI tick
-format, drops the unit ('100µ'). These place one tick per power of ten (seconds) or per power of a
-byte step (bytes) across the data and label it with ``units.format_duration`` / ``format_bytes``.
+format, drops the unit ('100µ'). These place ticks across the data, for seconds as
+``log_number_ticks`` does for plain quantities, for bytes at 1 KiB times powers of a step, and
+label each with ``units.format_duration`` / ``format_bytes``.
 Pass the result to ``update_xaxes`` / ``update_yaxes`` of an axis of ``type="log"``.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 
 from course_lib.perf.units import KiB, format_bytes, format_duration
+from course_lib.widgets.log_number_ticks import log_tick_values
 
 
 def powers(low: float, high: float, base: float = 10.0) -> list[float]:
@@ -23,8 +25,9 @@ def powers(low: float, high: float, base: float = 10.0) -> list[float]:
 
 
 def time_ticks(low_s: float, high_s: float) -> dict:
-    """``tickvals`` and ``ticktext`` for an axis in seconds: a tick per decade, '100 µs', '1 ms', ..."""
-    values = powers(low_s, high_s)
+    """``tickvals`` and ``ticktext`` for an axis in seconds: the ticks ``log_tick_values`` picks inside
+    the data (decades, or 1-2-5 steps where it spans less), '100 µs', '1 ms', ..."""
+    values = log_tick_values(low_s, high_s)
     return {"tickvals": values, "ticktext": [format_duration(v) for v in values]}
 
 
