@@ -25,7 +25,6 @@ from course_lib.widgets.all_reduce_crossover import (
     model_crossover_text,
     model_figure,
     read_crossover,
-    time_ticks,
 )
 
 
@@ -243,12 +242,6 @@ def test_the_time_axis_labels_every_tick_in_full(figure):
     assert list(axis.ticktext) == [format_number(t) for t in axis.tickvals]
     assert not {"2", "5"} & set(axis.ticktext) or axis.tickvals[0] < 10  # "2" only as 2 µs, never a minor label
 
-
-def test_time_ticks():
-    assert time_ticks(1.3, 1500) == [10, 100, 1000]
-    assert time_ticks(100, 267) == [100, 200]
-    assert time_ticks(100.001, 267) == [110, 200, 260]
-    assert time_ticks(3, 40) == [5, 10, 20]
 
 
 def test_at_two_ranks_the_legend_says_two_shot_lies_on_the_ring_and_it_is_drawn_on_top():

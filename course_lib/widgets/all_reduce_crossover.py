@@ -11,7 +11,6 @@ N = 2) and where one-shot stops beating the ring, and says what vLLM runs on H10
 from __future__ import annotations
 
 import json
-import math
 
 import ipywidgets as w
 import numpy as np
@@ -34,6 +33,7 @@ from course_lib.perf.tp_all_reduce import (
 from course_lib.perf.units import KiB, format_bytes, format_number
 from course_lib.widgets.crossover import log_options
 from course_lib.widgets.figure_pane import one_at_a_time
+from course_lib.widgets.log_ticks import log_tick_values
 from course_lib.widgets.plotly_pane import PlotlyPane
 from course_lib.widgets.selection_readout import with_readout
 
@@ -58,27 +58,13 @@ SHORT_NAMES = {"one_shot": "one-shot", "two_shot": "two-shot", "ring": "the hand
 MODEL, MEASURED_MODE = "model", "measured"
 
 
-def time_ticks(low: float, high: float) -> list[float]:
-    """Ticks for the time axis over [low, high] µs: the powers of ten inside it; where fewer than two
-    fall inside, 2 and 5 times each as well; where still fewer, the ends too, to two significant
-    digits (rounded inwards), so that even a narrow axis carries two labels. Sorted, inside [low, high]."""
-    decades = [10.0**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)]
-    for steps in ((1,), (1, 2, 5)):
-        ticks = [d * m for d in decades for m in steps if low <= d * m <= high]
-        if len(ticks) >= 2:
-            return ticks
-    unit = 10.0 ** (math.floor(math.log10(high)) - 1)
-    ends = {math.ceil(low / unit) * unit, math.floor(high / unit) * unit}
-    return sorted({t for t in ends | set(ticks) if low <= t <= high})
-
-
 def _axes(figure: go.Figure, title: str) -> go.Figure:
-    """Log axes, the x ticks at the sizes of ``TICKS``, the y ticks at ``time_ticks`` of the traces'
-    times, each written in full ("1,000", "20"): no bare "2" or "5" minor labels."""
+    """Log axes, the x ticks at the sizes of ``TICKS``, the y ticks at ``log_tick_values`` of the
+    traces' times, each written in full ("1,000", "20"): no bare "2" or "5" minor labels."""
     figure.update_xaxes(type="log", title_text="message size K (bytes, log scale)", tickvals=TICKS,
                         ticktext=[format_bytes(t) for t in TICKS])
     times = [y for trace in figure.data for y in (trace.y or ()) if y and y > 0]
-    ticks = time_ticks(min(times), max(times)) if times else []
+    ticks = log_tick_values(min(times), max(times)) if times else []
     figure.update_yaxes(type="log", title_text="all-reduce time (µs, log scale)", tickvals=ticks,
                         ticktext=[format_number(t) for t in ticks])
     figure.update_layout(title=title, height=460, legend={"orientation": "h", "y": -0.22}, margin={"t": 80, "b": 120})

@@ -32,7 +32,7 @@ from course_lib.perf.quant_cost import (
     weight_memory,
 )
 from course_lib.perf.units import GB, format_si, plural
-from course_lib.widgets.log_number_ticks import label_log_axis
+from course_lib.widgets.log_ticks import label_log_axis
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_pane import PlotlyPane
 from course_lib.widgets.selection_readout import with_readout

@@ -37,8 +37,7 @@ from course_lib.perf.models import MODELS, ModelSpec, get_model
 from course_lib.perf.units import format_duration, format_number, format_si, plural
 from course_lib.widgets.crossover import log_options
 from course_lib.widgets.figure_pane import one_at_a_time
-from course_lib.widgets.log_number_ticks import label_log_axis
-from course_lib.widgets.log_ticks import time_ticks
+from course_lib.widgets.log_ticks import label_log_axis, time_ticks
 from course_lib.widgets.plotly_pane import PlotlyPane
 from course_lib.widgets.selection_readout import with_readout
 

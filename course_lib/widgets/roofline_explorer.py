@@ -29,7 +29,7 @@ from course_lib.perf.roofline import (Efficiency, StepCost, StepPoint, peak_flop
                                       ridge_point, step_cost)
 from course_lib.perf.units import format_number, format_si, plural
 from course_lib.widgets.figure_pane import one_at_a_time
-from course_lib.widgets.log_number_ticks import label_log_axis, si_tick
+from course_lib.widgets.log_ticks import label_log_axis, si_tick
 from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
 

@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 import pytest
 
-from course_lib.widgets.log_number_ticks import label_log_axis, log_tick_values, si_tick
+from course_lib.widgets.log_ticks import label_log_axis, log_tick_values, si_tick
 
 
 def test_wide_spans_get_powers_of_ten_and_narrow_ones_one_two_five():
@@ -25,3 +25,10 @@ def test_an_axis_gets_ticks_from_every_trace():
     label_log_axis(fig, "y", si_tick)
     assert fig.layout.yaxis.tickmode == "array" and fig.layout.yaxis.ticktext[-1] == "200G"
     assert fig.layout.yaxis.ticktext[0] == "5G"
+
+
+def test_a_narrow_axis_still_gets_two_ticks_inside_its_data():
+    """200 to 290 µs holds one whole multiple (200): the rounded ends join it, never a tick outside."""
+    assert log_tick_values(200, 290) == [200, 290]
+    assert log_tick_values(100.001, 267) == [110, 200, 260]
+    assert log_tick_values(5, 5) == [5]
