@@ -25,6 +25,11 @@ torch (``dist.P2POp(dist.isend, ...)``, ``batch_isend_irecv``) still hold.
 
 Ranks start by ``fork`` where the OS has it (Linux), so functions defined in a notebook cell
 work; elsewhere they start by ``spawn`` and the function must be importable from a module.
+
+The ranks meet through a file, not a TCP store, and wait for one another before running ``fn``
+(``rendezvous.py`` says why). Should they still lose a connection while joining, before any rank
+reached ``fn``, the launch starts again (``JOIN_ATTEMPTS`` in all), each retry logged as a warning;
+a failure once any rank may have run ``fn`` is never retried, since ``fn`` may have side effects.
 """
 
 from __future__ import annotations
@@ -33,23 +38,26 @@ import datetime
 import faulthandler
 import functools
 import io
+import logging
 import multiprocessing
 import os
 import queue as queue_module
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+
+from course_lib.collectives.rendezvous import StoreFile, meet
 
 
 TRACED_CALLS = ("broadcast", "reduce", "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
@@ -60,16 +68,26 @@ TRACED_CALLS = ("broadcast", "reduce", "all_reduce", "all_gather", "all_gather_i
 
 FAILURE_GRACE_S = 1.5  # after a first failure, how long to wait for the other ranks' outcomes
 NATIVE_TAIL_LINES = 12  # lines of a dead rank's native output quoted in the error
+JOIN_ATTEMPTS = 3  # launches tried in all when the ranks lose a connection while joining their group
 
 # What a rank raises when a peer failed first: true, but not the cause. Matched against the
 # exception lines of a traceback (the unindented ones), not its source lines.
 _SECONDARY = re.compile(r"connection (reset|closed|refused)|closed by peer|reset by peer|broken pipe|"
                         r"econnreset|epipe|socket closed|remote worker (crashing|hanging)|"
                         r"peer (disconnected|closed)", re.IGNORECASE)
+# A failure to join that the network, not the caller's code or set-up, explains: worth one more try.
+_NETWORK = re.compile(_SECONDARY.pattern + r"|timed out|address already in use", re.IGNORECASE)
+
+_log = logging.getLogger(__name__)
 
 
 class RankFailure(RuntimeError):
-    """A rank raised an exception or died; the message holds its traceback or exit code."""
+    """A rank raised an exception or died; the message holds its traceback or exit code, ``cause``
+    the one line that explains it best."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class CollectiveTimeout(TimeoutError):
@@ -82,12 +100,6 @@ def default_backend(world_size: int) -> str:
     if torch.cuda.is_initialized() or not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
         return "gloo"
     return "nccl"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _QueueWriter(io.TextIOBase):
@@ -147,53 +159,72 @@ def _traced(original: Callable, name: str, messages, rank: int, depth: threading
     return traced
 
 
-def join_process_group(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
-                       trace_calls: bool, messages, native_log: str) -> None:
-    """Set this rank's process up: native output to ``native_log``, Python output to the caller as
-    lines, one thread, its GPU under NCCL, and the process group (traced when ``trace_calls``)."""
+@dataclass(frozen=True)
+class RankPlan:
+    """What every rank of one launch attempt needs to join it (inherited by ``fork``, pickled by ``spawn``).
+
+    ``joined`` is set by the first rank past the barrier that ends joining: once it is set, a rank
+    may be running the caller's code."""
+
+    world_size: int
+    backend: str
+    store_path: str
+    timeout_s: float
+    trace_calls: bool
+    messages: Any  # the caller's queue: prints, calls entered and left, results and errors
+    native_logs: tuple[str, ...]
+    joined: Any  # a multiprocessing Event
+
+
+def join_process_group(rank: int, plan: RankPlan) -> None:
+    """Set this rank's process up: native output to its log, Python output to the caller as lines,
+    one thread, its GPU under NCCL, and the process group (traced when ``plan.trace_calls``);
+    return once every rank has joined."""
     # What native code writes (gloo's abort message on a size mismatch, C++ warnings) bypasses
     # sys.stdout/sys.stderr: it goes to a file the caller reads, and outlives a rank that aborts.
-    log_fd = os.open(native_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log_fd = os.open(plan.native_logs[rank], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
     if faulthandler.is_enabled():  # inherited from pytest or ipykernel, writing to their own copy of stderr
         faulthandler.enable(file=2, all_threads=True)
-    sys.stdout = sys.stderr = _QueueWriter(messages, rank)
+    sys.stdout = sys.stderr = _QueueWriter(plan.messages, rank)
     if sys.platform == "linux":  # this launcher's ranks share one machine: loopback, whatever its network
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)  # N ranks share the machine's cores
-    if backend == "nccl":
+    if plan.backend == "nccl":
         torch.cuda.set_device(rank)
     # the backend's own timeout comes later than the caller's, whose message says more
-    dist.init_process_group("cpu:gloo,cuda:nccl" if backend == "nccl" else backend,  # CPU tensors work under NCCL too
-                            init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=2 * timeout_s + 10))
-    if trace_calls:
-        _trace_collectives(messages, rank)
+    meet(rank, plan.world_size, "cpu:gloo,cuda:nccl" if plan.backend == "nccl" else plan.backend,  # CPU tensors work under NCCL too
+         plan.store_path, datetime.timedelta(seconds=2 * plan.timeout_s + 10))
+    if plan.trace_calls:
+        _trace_collectives(plan.messages, rank)
+    plan.joined.set()
 
 
-def report_result(messages, rank: int, call: Callable[[], Any]) -> None:
-    """Run ``call`` and send its result (tensors moved to the CPU) or its traceback to the caller."""
+def report_result(messages, rank: int, call: Callable[[], Any]) -> bool:
+    """Run ``call`` and send its result (tensors moved to the CPU) or its traceback to the caller;
+    return whether it succeeded."""
     try:
         result = call()
         payload = io.BytesIO()
         torch.save(_to_cpu(result), payload)
         sys.stdout.flush()
         messages.put(("result", rank, payload.getvalue()))
+        return True
     except BaseException:  # noqa: BLE001 - everything a rank raises goes back to the caller
         sys.stdout.flush()
         messages.put(("error", rank, traceback.format_exc()))
+        return False
 
 
-def _rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float, trace_calls: bool,
-               fn: Callable, args: tuple, kwargs: dict, messages, native_log: str) -> None:
+def _rank_main(rank: int, plan: RankPlan, fn: Callable, args: tuple, kwargs: dict) -> None:
     def run() -> Any:
-        join_process_group(rank, world_size, backend, init_method, timeout_s, trace_calls, messages, native_log)
+        join_process_group(rank, plan)
         return fn(*args, **kwargs)
 
     try:
-        report_result(messages, rank, run)
+        report_result(plan.messages, rank, run)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -233,51 +264,76 @@ def run_on_ranks(fn: Callable, world_size: int, *args, backend: str | None = Non
     ``trace_calls=False`` skips watching collectives (for timing: a timeout then cannot say where
     each rank was).
     """
-    backend = backend or default_backend(world_size)
-    ranks = RankProcesses(world_size, fn, on_print, "run_on_ranks_")
+    ranks = RankProcesses(world_size, fn, on_print, "run_on_ranks_", backend or default_backend(world_size),
+                          timeout_s, trace_calls)
     try:
-        ranks.start(_rank_main, lambda rank: (rank, world_size, backend, ranks.init_method, timeout_s, trace_calls,
-                                              fn, args, kwargs, ranks.messages, ranks.native.paths[rank]))
-        return ranks.collect(timeout_s)
+        return ranks.launch(_rank_main, lambda rank: (fn, args, kwargs))
     finally:
         ranks.stop()
 
 
 class RankProcesses:
-    """The processes of one launch: their message queue, their native logs, start and stop.
+    """The processes of one launch: their message queue, native logs and store; start, collect, stop.
 
     ``fn`` is what the ranks will run (checked here: under ``spawn`` it must be importable)."""
 
     def __init__(self, world_size: int, fn: Callable, on_print: Callable[[int, str], None] | None,
-                 log_prefix: str) -> None:
+                 log_prefix: str, backend: str, timeout_s: float, trace_calls: bool = True) -> None:
         if not 1 <= world_size <= 64:
             raise ValueError(f"world_size must be between 1 and 64, got {world_size}.")
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         if method == "spawn" and fn.__module__ == "__main__":
             raise ValueError(f"{fn.__name__} is defined in the notebook, but this OS starts ranks by spawn: "
                              "move it into a .py module and import it.")
-        self.world_size = world_size
+        self.world_size, self.fn_name, self.log_prefix = world_size, getattr(fn, "__name__", repr(fn)), log_prefix
+        self.backend, self.timeout_s, self.trace_calls = backend, timeout_s, trace_calls
         self.context = multiprocessing.get_context(method)
-        self.messages = self.context.Queue()
-        self.init_method = f"tcp://127.0.0.1:{_free_port()}"
-        self.log_dir = tempfile.mkdtemp(prefix=log_prefix)
-        self.native = _NativeOutput([os.path.join(self.log_dir, f"rank{rank}.log") for rank in range(world_size)])
         self.on_print = on_print or (lambda rank, line: print(f"[rank {rank}] {line}", flush=True))
+        self._open()
+
+    def _open(self) -> None:
+        """A fresh message queue, log folder, store file and joined event: one attempt's own."""
+        self.messages = self.context.Queue()
+        self.joined = self.context.Event()
+        self.store = StoreFile(self.log_prefix + "store_", inherited=self.context.get_start_method() == "fork")
+        self.log_dir = tempfile.mkdtemp(prefix=self.log_prefix)
+        self.native = _NativeOutput([os.path.join(self.log_dir, f"rank{rank}.log") for rank in range(self.world_size)])
         self.processes: list = []
 
-    def start(self, target: Callable, args_of_rank: Callable[[int], tuple]) -> None:
-        self.processes = [self.context.Process(target=target, daemon=True, args=args_of_rank(rank))
-                          for rank in range(self.world_size)]
-        for process in self.processes:
-            process.start()
+    def launch(self, target: Callable, args_of_rank: Callable[[int], tuple]) -> list:
+        """Start ``target(rank, plan, *args_of_rank(rank))`` on every rank; return their first results
+        (``RankFailure`` / ``CollectiveTimeout`` otherwise).
+
+        Ranks that lose a connection while joining, before any of them was let through to the
+        caller's code, are stopped and started afresh, at most ``JOIN_ATTEMPTS`` launches in all."""
+        attempt = 1
+        while True:
+            plan = RankPlan(self.world_size, self.backend, self.store.path, self.timeout_s, self.trace_calls,
+                            self.messages, tuple(self.native.paths), self.joined)
+            self.processes = [self.context.Process(target=target, daemon=True, args=(rank, plan, *args_of_rank(rank)))
+                              for rank in range(self.world_size)]
+            for process in self.processes:
+                process.start()
+            try:
+                return self.collect(self.timeout_s)
+            except RankFailure as failure:
+                if attempt == JOIN_ATTEMPTS or not _NETWORK.search(failure.cause):
+                    raise
+                self._end_processes(grace_s=0.0)  # first, so that no rank can pass the barrier after the check
+                if self.joined.is_set():
+                    raise
+                _log.warning("%d ranks lost a connection while joining their process group, before running %s "
+                             "(%s); starting them again, launch %d of at most %d.", self.world_size, self.fn_name,
+                             failure.cause, attempt + 1, JOIN_ATTEMPTS)
+                self.stop()
+                self._open()
+                attempt += 1
 
     def collect(self, timeout_s: float) -> list:
         """Every rank's next result, in rank order (``RankFailure`` / ``CollectiveTimeout`` otherwise)."""
         return _collect(self.processes, self.messages, timeout_s, self.on_print, self.native)
 
-    def stop(self, grace_s: float = 1.0) -> None:
-        """Wait up to ``grace_s`` for the ranks to exit (ranks that returned are closing their process
-        group), kill the rest, and pass on what they wrote meanwhile."""
+    def _end_processes(self, grace_s: float) -> None:
         grace_until = time.monotonic() + grace_s
         for process in self.processes:
             if process.pid is not None:
@@ -286,10 +342,16 @@ class RankProcesses:
             if process.is_alive():
                 process.kill()
                 process.join()
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Wait up to ``grace_s`` for the ranks to exit (ranks that returned are closing their process
+        group), kill the rest, pass on what they wrote meanwhile, and remove their files."""
+        self._end_processes(grace_s)
         self.messages.close()
         self.native.poll(self.on_print, force=True)
         self.native.close()
         shutil.rmtree(self.log_dir, ignore_errors=True)
+        self.store.close()
 
 
 class _NativeOutput:
@@ -388,7 +450,7 @@ def _collect(processes, messages, timeout_s: float, on_print, native: _NativeOut
         if failed_at is not None and (outcomes.settled() or now > failed_at + FAILURE_GRACE_S):
             _drain(messages, outcomes, on_print)
             native.poll(on_print, force=True)
-            raise RankFailure(_failure_message(outcomes, native.tails))
+            raise RankFailure(_failure_message(outcomes, native.tails), _cause(outcomes, native.tails))
         # checked on every pass: a chatty rank must not keep the deadline from being noticed
         if failed_at is None and now > deadline:
             native.poll(on_print, force=True)
@@ -451,15 +513,31 @@ def _where(outcomes: _Outcomes, rank: int) -> str:
     return ""
 
 
-def _failure_message(outcomes: _Outcomes, native_tails: list[list[str]]) -> str:
-    """Lead with the most telling failure, then one line per other rank.
+def _died(outcomes: _Outcomes) -> dict[int, tuple[float, int]]:
+    return {rank: seen_code for rank, seen_code in outcomes.exits.items() if not outcomes.reported(rank)}
 
-    Ranked: a rank's own error or its death first, then errors that say a peer went away
-    ("Connection reset by peer" and the like); among equals, the one seen first."""
-    died = {rank: seen_code for rank, seen_code in outcomes.exits.items() if not outcomes.reported(rank)}
+
+def _lead(outcomes: _Outcomes) -> int:
+    """The rank whose failure tells the most: a rank's own error or its death first, then errors
+    that say a peer went away ("Connection reset by peer" and the like); among equals, the one seen first."""
     candidates = [(_is_secondary(trace), when, rank) for rank, (when, trace) in outcomes.errors.items()]
-    candidates += [(False, seen, rank) for rank, (seen, _code) in died.items()]
-    _, _, lead = min(candidates)
+    candidates += [(False, seen, rank) for rank, (seen, _code) in _died(outcomes).items()]
+    return min(candidates)[2]
+
+
+def _cause(outcomes: _Outcomes, native_tails: list[list[str]]) -> str:
+    """The lead failure in one line: its exception line, or a dead rank's last native line."""
+    lead = _lead(outcomes)
+    if lead in outcomes.errors:
+        return _one_line(outcomes.errors[lead][1])
+    tail = [line for line in native_tails[lead] if line.strip()]
+    return f"rank {lead} died: {tail[-1] if tail else _exit_description(_died(outcomes)[lead][1])}"
+
+
+def _failure_message(outcomes: _Outcomes, native_tails: list[list[str]]) -> str:
+    """Lead with the most telling failure (``_lead``), then one line per other rank."""
+    died = _died(outcomes)
+    lead = _lead(outcomes)
     lead_secondary = _is_secondary(outcomes.errors[lead][1]) if lead in outcomes.errors else False
 
     if lead in outcomes.errors:

@@ -5,9 +5,10 @@
     pool.close()
 
 ``run_on_ranks`` starts fresh processes for one function; an engine that runs one forward pass
-per step cannot pay a second of start-up each step. The pool starts its ranks once (the same set-up
-as ``run_on_ranks``: one process group, traced collectives, output passed on), then every ``call``
-sends one command to every rank and waits for all their results.
+per step cannot pay a second of start-up each step. The pool starts its ranks once (the same
+start-up code as ``run_on_ranks``, ``RankProcesses.launch``: one process group joined through a
+file, a barrier before ``setup``, a retry should joining lose a connection, traced collectives,
+output passed on), then every ``call`` sends one command to every rank and waits for all their results.
 
 The launcher's guarantees hold per call: when a call passes ``timeout_s``, or a rank raises or
 dies, every rank is stopped and ``CollectiveTimeout`` / ``RankFailure`` says which rank was where.
@@ -30,7 +31,7 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-from course_lib.collectives.launch import RankProcesses, default_backend, join_process_group, report_result
+from course_lib.collectives.launch import RankPlan, RankProcesses, default_backend, join_process_group, report_result
 
 _STOP = b""  # the command that ends a rank's loop
 PARENT_CHECK_S = 1.0  # how often a rank checks that the process that started it is still alive
@@ -46,8 +47,7 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def _pool_rank_main(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
-                    setup: Callable, args: tuple, kwargs: dict, commands, messages, native_log: str,
+def _pool_rank_main(rank: int, plan: RankPlan, setup: Callable, args: tuple, kwargs: dict, commands,
                     parent: int) -> None:
     # A notebook's interrupt signals the kernel's whole process group, these ranks included; the
     # caller stops them itself, so they must not die of it between commands.
@@ -56,7 +56,7 @@ def _pool_rank_main(rank: int, world_size: int, backend: str, init_method: str, 
     state: dict[str, Any] = {}
 
     def start() -> None:
-        join_process_group(rank, world_size, backend, init_method, timeout_s, True, messages, native_log)
+        join_process_group(rank, plan)
         state["value"] = setup(*args, **kwargs)
 
     def run(payload: bytes) -> Any:
@@ -64,9 +64,11 @@ def _pool_rank_main(rank: int, world_size: int, backend: str, init_method: str, 
         return fn(state["value"], *call_args, **call_kwargs)
 
     try:
-        report_result(messages, rank, start)
-        while (payload := commands.get()) != _STOP:
-            report_result(messages, rank, lambda: run(payload))
+        # a rank that failed to start leaves its command queue alone: should the launch be retried,
+        # killing it inside commands.get() would leave the queue's lock held for its successor
+        if report_result(plan.messages, rank, start):
+            while (payload := commands.get()) != _STOP:
+                report_result(plan.messages, rank, lambda: run(payload))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -95,26 +97,24 @@ class RankPool:
                  timeout_s: float = 60.0, on_print: Callable[[int, str], None] | None = None, **kwargs) -> None:
         self.world_size, self.timeout_s = world_size, timeout_s
         self.backend = backend or default_backend(world_size)
-        self._ranks = RankProcesses(world_size, setup, on_print, "rank_pool_")
+        self._ranks = RankProcesses(world_size, setup, on_print, "rank_pool_", self.backend, timeout_s)
         self._commands = [self._ranks.context.Queue() for _ in range(world_size)]
         self._closed_because: str | None = None
         self._finalizer = weakref.finalize(self, _shut_down, self._ranks, self._commands, 0.5)
-        ranks = self._ranks
-        ranks.start(_pool_rank_main, lambda rank: (rank, world_size, self.backend, ranks.init_method, timeout_s,
-                                                   setup, args, kwargs, self._commands[rank], ranks.messages,
-                                                   ranks.native.paths[rank], os.getpid()))
-        self._wait("starting the ranks", timeout_s)
+        commands, parent = self._commands, os.getpid()
+        self._stopping_on_failure("starting the ranks", lambda: self._ranks.launch(
+            _pool_rank_main, lambda rank: (setup, args, kwargs, commands[rank], parent)))
         # every rank has opened its log: the files live on in the open descriptors, and nothing is left
         # behind however this process ends (a kernel restart skips the finalizer)
-        shutil.rmtree(ranks.log_dir, ignore_errors=True)
+        shutil.rmtree(self._ranks.log_dir, ignore_errors=True)
 
     @property
     def closed(self) -> bool:
         return not self._finalizer.alive
 
-    def _wait(self, what: str, timeout_s: float) -> list:
+    def _stopping_on_failure(self, what: str, action: Callable[[], list]) -> list:
         try:
-            return self._ranks.collect(timeout_s)
+            return action()
         except BaseException as error:  # a failed or timed-out call leaves the ranks out of step: stop them all
             self._closed_because = f"{type(error).__name__} while {what}"
             self._finalizer()
@@ -138,7 +138,8 @@ class RankPool:
             self._closed_because = f"{type(error).__name__} while sending {getattr(fn, '__name__', fn)}"
             self._finalizer()
             raise
-        return self._wait(f"running {getattr(fn, '__name__', fn)}", self.timeout_s if timeout_s is None else timeout_s)
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        return self._stopping_on_failure(f"running {getattr(fn, '__name__', fn)}", lambda: self._ranks.collect(limit))
 
     def close(self) -> None:
         """Stop the ranks (idempotent)."""
