@@ -23,13 +23,21 @@ FIGURES_ON_PAGE = """() => [...document.querySelectorAll('.jp-RenderedPlotly')].
     const axes = {};
     for (const trace of gd._fullData) {
         if (trace.visible !== true) continue;
+        // a bar drawn from a base (a timeline) covers base ... base + length on its value axis
+        const along = trace.type === 'bar' && trace.base !== undefined && trace.base !== null
+            ? (trace.orientation === 'h' ? 'x' : 'y') : null;
+        const extent = (letter, values) => {
+            if (letter !== along) return Array.from(values);
+            const base = i => Array.isArray(trace.base) || ArrayBuffer.isView(trace.base) ? trace.base[i] : trace.base;
+            return Array.from(values).flatMap((v, i) => [base(i), base(i) + v]);
+        };
         for (const [letter, values] of [['x', trace.x], ['y', trace.y]]) {
             const name = (trace[letter + 'axis'] || letter).replace(/^([xy])(\\d*)$/, '$1axis$2');
             const axis = full[name];
             if (!axis || !values) continue;
             const entry = axes[name] = axes[name] || {type: axis.type, range: axis.range && [...axis.range],
                                                       title: (axis.title && axis.title.text) || '', values: []};
-            for (const v of Array.from(values)) if (numeric(v) && (axis.type !== 'log' || v > 0)) entry.values.push(v);
+            for (const v of extent(letter, values)) if (numeric(v) && (axis.type !== 'log' || v > 0)) entry.values.push(v);
         }
     }
     const summary = {};

@@ -1,6 +1,9 @@
 """The figure checks themselves: each defect they exist for is reported, a good figure is not."""
 
-from .plotly_checks import figure_problems
+import json
+from pathlib import Path
+
+from .plotly_checks import FIGURES_ON_PAGE, figure_problems
 
 
 def _figure(**axes) -> dict:
@@ -39,3 +42,32 @@ def test_empty_untitled_and_undrawn_figures_are_reported():
 def test_a_saved_picture_counts_once_loaded():
     assert figure_problems({"drawn": True, "static": True, "title": "a saved figure"}) == []
     assert figure_problems({"drawn": False, "static": True, "title": "a saved figure"})
+
+
+def test_the_page_reader_measures_a_timeline_bar_from_its_base(browser):
+    """``FIGURES_ON_PAGE`` run on plotly.js itself: a horizontal bar drawn from a base (module
+    07's DDP timeline) spans base ... base + length, so an axis fitted to the bars reads right,
+    and a stretched one is still reported."""
+    import plotly
+    import plotly.graph_objects as go
+
+    script = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    page = browser.new_page()
+    try:
+        page.set_content("<div class='jp-RenderedPlotly'><div id='plot'></div></div>")
+        page.add_script_tag(path=str(script))
+        records = []
+        for x_range in (None, [0, 400]):
+            figure = go.Figure(go.Bar(y=["bucket 0", "bucket 1"], x=[1.0, 27.0], base=[20.0, 30.0], orientation="h"))
+            figure.update_layout(title="One DDP step", xaxis_title="time (ms)", yaxis_title="")
+            if x_range:
+                figure.update_xaxes(range=x_range)
+            page.evaluate("spec => Plotly.newPlot('plot', spec.data, spec.layout)", json.loads(figure.to_json()))
+            (record,) = page.evaluate(FIGURES_ON_PAGE)
+            records.append(record)
+    finally:
+        page.close()
+    fitted, stretched = records
+    assert (fitted["axes"]["xaxis"]["low"], fitted["axes"]["xaxis"]["high"]) == (20.0, 57.0)
+    assert figure_problems(fitted) == []
+    assert "runs 0 to 400" in figure_problems(stretched)[0]
