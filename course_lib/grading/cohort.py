@@ -20,6 +20,9 @@ follow. Nothing a submission does stops the run; each gets a status:
   missing         the learner handed nothing in for this exercise
   grader error    the grader itself failed on this submission (a bug to report; the run goes on)
 
+The gradebook also gets a similarity report (``similarity.py``): answers identical or nearly so,
+after normalising names, layout and comments, to the course solution or to another learner's.
+
 Without bubblewrap the run refuses to start, unless ``--no-sandbox`` accepts grading with
 only a process group and limits, which a hostile submission can escape (it warns loudly).
 """
@@ -45,6 +48,7 @@ from course_lib.grading.grade import ExerciseGrade, PreparedExercise, grade_note
 from course_lib.grading.gradebook import write_gradebook
 from course_lib.grading.quizzes import collect_quizzes, load_banks
 from course_lib.grading.sandbox import Limits, sandbox_problem
+from course_lib.grading.similarity import compare_cohort, load_solutions, write_similarity
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20
 SKIPPED = {"__MACOSX"}  # folders an archive tool adds (and any starting with a dot): not learners
@@ -104,6 +108,18 @@ def grade_submission(learner: Path, exercise: PreparedExercise, *, limits: Limit
         return dataclasses.replace(grade, notes=(note, *grade.notes)) if note else grade
     except Exception as error:  # noqa: BLE001 - one submission must never end the run
         return exercise.every_check(learner.name, "grader error", f"{type(error).__name__}: {error}"[:300])
+
+
+def graded_notebooks(submissions: Path) -> Callable[[str, str], nbformat.NotebookNode | None]:
+    """``read(learner, module)``: the notebook of ``learner`` that is graded for ``module``, read as
+    data as ``grade_submission`` reads it, or None where it has none (missing, refused, malformed)."""
+    def read(learner: str, module: str) -> nbformat.NotebookNode | None:
+        folder = submissions / learner
+        if os.path.islink(folder):
+            return None
+        book = read_submission(folder / submission_file(folder, module)[0])
+        return None if isinstance(book, tuple) else book
+    return read
 
 
 def grade_cohort(submissions: Path, exercises: list[PreparedExercise],
@@ -177,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Preparing {len(paths)} exercise(s): reading them and computing the expected values...", flush=True)
     exercises = [prepare_exercise(path) for path in paths]
     banks = load_banks()
+    solutions = load_solutions(modules)  # the course's answers, for the similarity report
     limits = Limits(time_s=args.time_limit, memory_bytes=capacity.memory_bytes)
     grades = grade_cohort(args.submissions, exercises, _progress, jobs=capacity.jobs, out=args.out, limits=limits,
                           isolate=not args.no_sandbox, cell_timeout_s=args.cell_timeout)
@@ -184,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
                               warning=NO_SANDBOX_WARNING if args.no_sandbox else "")
     print(f"wrote {args.out}/grades.csv, {args.out}/summary.html and {len(written) - 2} feedback files in "
           f"{args.out}/feedback/")
+    try:
+        report = compare_cohort({grade.learner for grade in grades}, exercises, solutions,
+                                graded_notebooks(args.submissions))
+        write_similarity(report, args.out)
+        print(f"wrote {args.out}/similarity.html and similarity.csv: {len(report.flagged)} pair(s) of answers "
+              "flagged as alike (evidence for a conversation, not proof)")
+    except Exception as error:  # noqa: BLE001 - the grades are written; a failed report must not hide them
+        print(f"course grade-cohort: no similarity report ({type(error).__name__}: {error})", file=sys.stderr)
     if args.no_sandbox:
         print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
     return 0
