@@ -40,7 +40,13 @@ from course_lib.paths import REPO_ROOT
 
 CELL_TIMEOUT_S = 120
 CHANNEL_LIMIT = MAX_TEXT  # bytes of results a learner's process may send back
-REVEAL = (REPO_ROOT,)  # what the learner's process needs besides Python, even in a hidden home or under /tmp
+# What the learner's process sees of the course (besides the system and this Python, sandbox.py):
+# course_lib, read-only, where the editable install and PYTHONPATH find it. Nothing else of the
+# checkout (solutions/, an old gradebook, a hub's state) is needed, so none of it is shown; the
+# checkout itself is hidden too, for a Python whose prefix or sys.path holds it (pip install -e's
+# old egg-link, a venv made around the checkout).
+REVEAL = (REPO_ROOT / "course_lib",)
+HIDDEN = (REPO_ROOT,)
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,7 @@ def _runner_env(work: Path, isolate: bool) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(scratch / "home"), "LANG": "C.UTF-8",
             "MPLBACKEND": "Agg", "IPYTHONDIR": str(scratch / "ipython"), "PYTHONDONTWRITEBYTECODE": "1",
             "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(scratch),
+            "USER": "learner", "LOGNAME": "learner",  # getpass.getuser() (torch's caches) without /etc/passwd
             "PYTHONPATH": str(REPO_ROOT)}
 
 
@@ -146,8 +153,9 @@ def grade_notebook(learner: str, submission: nbformat.NotebookNode, exercise: Pr
                    limits: Limits = Limits(), isolate: bool = False, hide: Sequence[Path] = (),
                    cell_timeout_s: float = CELL_TIMEOUT_S, scratch_root: Path | None = None) -> ExerciseGrade:
     """Run ``submission``'s code for ``exercise`` in a process of its own and judge its results.
-    ``isolate`` runs that process in a sandbox (``sandbox.py``) with ``hide`` out of its sight:
-    it can read only the program the grader wrote, write only its private, capped /tmp, and
+    ``isolate`` runs that process in a sandbox (``sandbox.py``) that shows it only the system's
+    libraries, this Python and ``course_lib`` (``hide`` covers paths even inside those): it can read
+    only the program the grader wrote of what is graded, write only its private, capped /tmp, and
     report only through a bounded channel. The program's folder is made in ``scratch_root``
     (default: the system's temporary folder), which the caller may hide from every sandbox."""
     program = {"cells": program_cells(submission, exercise.pristine), "tasks": exercise.plain,
@@ -160,7 +168,7 @@ def grade_notebook(learner: str, submission: nbformat.NotebookNode, exercise: Pr
             for sub in ("home", "ipython"):
                 (work / sub).mkdir()
         outcome = run_isolated([sys.executable, "-m", "course_lib.grading.runner", str(work)], work, limits,
-                               env=env, hide=hide, isolate=isolate, reveal=REVEAL, readonly_workdir=True,
+                               env=env, hide=(*hide, *HIDDEN), isolate=isolate, reveal=REVEAL, readonly_workdir=True,
                                channel_limit=CHANNEL_LIMIT)
     return _judged(learner, exercise, _records(outcome.channel), outcome, limits)
 

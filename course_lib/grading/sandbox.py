@@ -6,18 +6,51 @@ be built on this machine (None) or why not, in one line.
 
 With ``isolate=True`` the program runs under bubblewrap (``bwrap``), with::
 
-    bwrap --unshare-all --unshare-user --disable-userns --die-with-parent --new-session
-          --cap-drop ALL --json-status-fd FD
-          --ro-bind / /  --dev /dev  --proc /proc
-          --size S --tmpfs /tmp  --size S --tmpfs /dev/shm  [--dev-bind /dev/nvidia* ...]
-          [--tmpfs HIDDEN ...]  [--ro-bind REVEALED REVEALED ...]  --bind WORKDIR WORKDIR
-          [--remount-ro HIDDEN ...]  --chdir WORKDIR -- ARGV...
+    bwrap --args FD --json-status-fd FD -- ARGV...
+
+where the options come through the ``--args`` file descriptor (so the sandbox's init, PID 1
+inside, shows none of them in ``/proc/1/cmdline``)::
+
+    --unshare-all --unshare-user --disable-userns --die-with-parent --new-session --cap-drop ALL
+    --ro-bind /usr /usr  --symlink usr/bin /bin ...  --ro-bind /etc/ld.so.cache /etc/ld.so.cache ...
+    --dev /dev  --proc /proc  --size S --tmpfs /tmp  --size S --tmpfs /dev/shm
+    [--dev-bind /dev/nvidia* ...  --ro-bind /sys /sys]
+    --ro-bind PYTHON PYTHON ...  [--ro-bind REVEALED REVEALED ...]  --bind WORKDIR WORKDIR
+    [--tmpfs HIDDEN ... --remount-ro HIDDEN ...]  --remount-ro /  --chdir WORKDIR
 
 (with ``readonly_workdir``, ``--ro-bind WORKDIR WORKDIR --dir /tmp/work --chdir /tmp/work``)
 
 (mounts are made parents first, so a workdir inside a hidden folder, or a hidden folder inside
 the workdir, both work), which gives:
 
+* Files: an **allow-list**. The root is an empty, read-only tmpfs; on it are mounted, each at
+  its own path and read-only unless said otherwise:
+
+  - the machine's programs and libraries: ``/usr`` and the top-level links into it (``/bin``,
+    ``/sbin``, ``/lib``, ``/lib64``; folders of their own on a system without merged /usr);
+  - of ``/etc`` only ``SYSTEM_FILES``: the dynamic linker's cache and configuration, the time
+    zone, ``hosts``, ``host.conf``, ``nsswitch.conf`` and ``alternatives`` (no ``passwd``,
+    ``shadow``, ``ssl``: callers set ``USER`` for ``getpass``);
+  - this Python (``python_paths``): ``sys.prefix`` and ``sys.base_prefix`` (a venv and the
+    interpreter it was made from) and each folder of its ``sys.path`` as ``python -I`` sees it
+    (site-packages and what ``.pth`` files add; never the current folder, a script's folder or
+    PYTHONPATH);
+  - ``reveal``: what the caller adds (the grader: ``course_lib`` alone, ``grade.py``);
+  - ``workdir``, read-write (read-only with ``readonly_workdir``);
+  - a fresh private ``/tmp`` and ``/dev/shm`` (tmpfs, read-write, each capped at
+    ``limits.scratch_bytes``: tmpfs pages are memory that ``RLIMIT_AS`` does not count);
+  - a minimal ``/dev`` (null, zero, random, tty, pts) and the sandbox's own ``/proc``; on a
+    machine with NVIDIA GPUs, their device nodes (``/dev/nvidia*``) and ``/sys`` (CUDA and
+    NCCL read the PCI topology there).
+
+  Nothing else exists inside: not the rest of a course checkout around ``course_lib`` or a
+  venv, not the caller's home (beyond the folders of this Python inside it), not ``/home``,
+  ``/root``, ``/var``, ``/srv``, ``/opt`` or ``/run`` (so no socket of D-Bus, systemd, Docker
+  or containerd can be reached). Only the folders leading to an allowed path exist, each
+  holding just the way on. Every path in ``hide`` that lies inside a shown path (the workdir, a
+  revealed folder, this Python) is covered by an empty read-only tmpfs (a hidden file by
+  ``/dev/null`` on a nodev mount, which cannot even be opened); one outside them is out of
+  sight already and gets no mount point. Paths in ``hide`` that do not exist are left alone.
 * Processes: a PID namespace of its own (``--unshare-all``). The program is PID 2 under
   bubblewrap's small init, whose host PID bwrap reports on ``--json-status-fd`` along with the
   program's exit code. When the program exits (bwrap reports it), or at the time limit, that
@@ -29,15 +62,6 @@ the workdir, both work), which gives:
 * Network: loopback only (a network namespace of its own; bubblewrap brings ``lo`` up), so
   gloo and torch's multiprocessing can use 127.0.0.1. Abstract Unix sockets are per network
   namespace too.
-* Files: the whole filesystem read-only, except ``workdir`` (read-write, at the same path), a
-  fresh private ``/tmp`` and ``/dev/shm`` (tmpfs, each capped at ``limits.scratch_bytes``:
-  tmpfs pages are memory that ``RLIMIT_AS`` does not count), a
-  minimal ``/dev`` (null, zero, random, tty, pts, plus the NVIDIA GPU device nodes when the
-  machine has them) and the sandbox's own ``/proc``. Every path in ``hide``, plus ``/run`` and
-  ``/var/run`` (D-Bus, systemd, Docker and containerd sockets live there: a read-only mount
-  does not stop ``connect()`` on a socket file), is covered by an empty read-only tmpfs (a
-  hidden file by ``/dev/null`` on a nodev mount, which cannot even be opened), so it can be
-  neither read nor written. Paths in ``hide`` that do not exist are left alone.
 * Privileges: a user namespace of its own in which the program has no capabilities at all
   (``--cap-drop ALL``) and may create no further user namespaces (``--disable-userns``), so
   even a grader running as root gives it no way to remount anything read-write, to raise its
@@ -60,11 +84,9 @@ It does not protect against (the caller's part):
 * Anything in ``workdir`` after the run: the program may leave symlinks there (``report.xml ->
   /home/grader/.ssh/id_ed25519``), huge files or files named to confuse. Open results with
   ``O_NOFOLLOW`` (or check ``is_symlink()``), bound what you read, and delete the folder.
-* Reading what the grader's user can read outside the hidden paths (its home folder, the
-  course checkout, ``/etc``). Nothing can leave through the network, but text the program
-  prints can reach the gradebook through error messages: hide secrets, or run the grader as a
-  user that has none.
-* Unix sockets outside ``/run`` (for example a snap LXD socket under ``/var/snap``): hide them.
+* Reading what the allow-list shows: all of ``/usr``, this Python's folders and what the caller
+  reveals. Keep secrets out of them (a token in a venv, a key under ``/usr/local``): text the
+  program prints can reach the gradebook through error messages.
 * Disk use in ``workdir``, and CPU time: a fork bomb or a busy loop runs until ``time_s``
   (there is no process-count or CPU cgroup here).
 * ``--die-with-parent`` is tied to the thread that started the sandbox: call ``run_isolated``
@@ -78,7 +100,8 @@ time limit, and again after a normal exit, every process of its session or proce
 every descendant found in /proc is killed. That is much weaker: the program runs as the
 grader's user with the grader's view of everything. It can read and write every file the grader
 can (other learners' submissions, the gradebook, the course checkout that later submissions are
-graded against), ``hide`` is ignored, it can list and kill any process of that user (the grader
+graded against, the grader's home), ``hide`` and the allow-list do not apply (nothing is mounted),
+it can list and kill any process of that user (the grader
 included), use the network, and a daemon that double-forks and calls ``setsid()`` leaves the
 session and the process tree, so it outlives the run. Use it only for trusted code.
 """
@@ -103,7 +126,15 @@ from pathlib import Path
 from typing import Sequence
 
 LOG_LIMIT_BYTES = 2**20  # the most of a run's output kept in ``log``
-ALWAYS_HIDDEN = (Path("/run"), Path("/var/run"))  # socket files: D-Bus, systemd, Docker, containerd
+# The machine's programs and shared libraries: /usr, and the top-level folders that are links into it
+# on merged-/usr systems (made as the same links inside) or folders of their own on older ones.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The few files of /etc that programs need: the dynamic linker's cache and configuration (CUDA's
+# and other libraries outside /lib and /usr/lib are found through them), the time zone, name
+# lookup for "localhost", and /etc/alternatives (links some /usr/bin programs go through).
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/hosts",
+                "/etc/host.conf", "/etc/nsswitch.conf", "/etc/alternatives")
+GPU_FOLDERS = ("/sys",)  # with NVIDIA device nodes only: CUDA and NCCL read the PCI topology there
 SCRATCH_CWD = Path("/tmp/work")  # where a program with a read-only workdir starts, in its private /tmp
 _NAMESPACES = ["--unshare-all", "--unshare-user", "--disable-userns"]
 _ALWAYS = ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
@@ -203,8 +234,10 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
     everything it started: ``Outcome(None, True)``. Otherwise ``Outcome(exit code, False)``,
     where a program killed by signal N reports 128 + N (as a shell does).
 
-    ``reveal``: paths bound read-only after ``hide`` (a course checkout inside a hidden home
-    folder, or under /tmp); this Python's own prefixes always are. ``readonly_workdir``: the workdir is bound read-only and
+    ``reveal``: paths added to the allow-list, read-only (the course's code, data a program
+    needs); the system's programs and libraries and this Python (``python_paths``) always are.
+    ``hide``: paths covered even where they lie inside a path that is shown (the workdir, a
+    revealed folder, this Python); elsewhere they are out of sight anyway. ``readonly_workdir``: the workdir is bound read-only and
     the program starts in ``/tmp/work`` of its private, capped /tmp, so it can fill neither the
     grader's disk nor its memory beyond ``limits.scratch_bytes`` per tmpfs. ``channel_limit > 0``
     gives the program a pipe, its file descriptor number in ``COURSE_CHANNEL_FD``, whose first
@@ -214,7 +247,7 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
     ``isolate=True``: inside bubblewrap (see the module docstring for what that guarantees);
     raises ``SandboxError`` when bubblewrap cannot work here or cannot start ``argv`` (for
     example a command that does not exist). ``isolate=False``: the weaker fallback, for
-    machines without bubblewrap; ``hide`` is ignored.
+    machines without bubblewrap; ``hide`` and ``reveal`` are ignored: it sees what the caller sees.
     """
     if not argv:
         raise ValueError("argv is empty")
@@ -230,8 +263,7 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
             raise SandboxError(problem)
         bwrap = shutil.which("bwrap")
         can = _probe(bwrap)
-        python = (Path(sys.prefix), Path(sys.base_prefix))  # this Python stays usable (a venv under /tmp, a home)
-        mounts = _mounts(workdir, hide, limits, can.sized_tmpfs, (*python, *reveal), readonly_workdir)
+        mounts = _mounts(workdir, hide, limits, can.sized_tmpfs, (*python_paths(), *reveal), readonly_workdir)
         start_in = SCRATCH_CWD if readonly_workdir else workdir
         if readonly_workdir:
             mounts += ["--dir", str(start_in)]
@@ -242,20 +274,72 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
     return _Run(command, list(argv), workdir, limits, env, log, channel_limit).result()
 
 
+@functools.lru_cache(maxsize=None)
+def python_paths() -> tuple[Path, ...]:
+    """What this Python needs to run a program inside the sandbox: its prefixes (a venv and the
+    interpreter it was made from) and every folder on its own ``sys.path`` (site-packages, and
+    folders ``.pth`` files add), as ``python -I`` sees it: without the current folder, a script's
+    folder or PYTHONPATH, so a grader started from the course checkout does not show the checkout."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=_PROBE_TIMEOUT_S, env={})
+        paths += [entry for entry in json.loads(done.stdout) if isinstance(entry, str) and entry]
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        pass  # the prefixes alone hold a plain venv's packages
+    found = []
+    for path in map(Path, paths):
+        if path.is_absolute() and path.exists() and path not in found:
+            found.append(path)
+    return tuple(found)
+
+
+def _allowed(path: Path) -> list[tuple[Path, list[str]]]:
+    """The read-only mounts that show ``path`` inside at the same place: at its real path, and
+    at the path as given when that differs only by its last part being a link."""
+    real = path.resolve()
+    if real == Path("/"):
+        raise ValueError("the whole machine cannot be on the allow-list")
+    mounts = [(real, ["--ro-bind", str(real), str(real)])]
+    if path != real and path.parent.resolve() == path.parent:
+        mounts.append((path, ["--ro-bind", str(real), str(path)]))
+    return mounts
+
+
 def _mounts(workdir: Path, hide: Sequence[Path], limits: Limits, sized_tmpfs: bool = True,
             reveal: Sequence[Path] = (), readonly_workdir: bool = False) -> list[str]:
-    """bwrap's mount arguments, every mount after the mounts above it."""
+    """bwrap's mount arguments, every mount after the mounts above it: an empty root, read-only,
+    on which only the allow-list is mounted."""
     size = ["--size", str(limits.scratch_bytes)] if sized_tmpfs else []
     mounts: list[tuple[Path, list[str]]] = [  # (where, arguments); sorted by depth below, stable
-        (Path("/"), ["--ro-bind", "/", "/"]),
         (Path("/dev"), ["--dev", "/dev"]),
         (Path("/proc"), ["--proc", "/proc"]),
         (Path("/tmp"), [*size, "--tmpfs", "/tmp"]),
         (Path("/dev/shm"), [*size, "--tmpfs", "/dev/shm"]),
     ]
-    mounts += [(Path(node), ["--dev-bind", node, node]) for node in sorted(glob.glob("/dev/nvidia*"))]
+    for folder in SYSTEM_FOLDERS:
+        if os.path.islink(folder):
+            mounts.append((Path(folder), ["--symlink", os.readlink(folder), folder]))
+        elif os.path.isdir(folder):
+            mounts.append((Path(folder), ["--ro-bind", folder, folder]))
+    for name in SYSTEM_FILES:
+        if os.path.exists(name):
+            mounts.append((Path(name), ["--ro-bind", name, name]))
+    gpus = sorted(glob.glob("/dev/nvidia*"))
+    mounts += [(Path(node), ["--dev-bind", node, node]) for node in gpus]
+    if gpus:
+        mounts += [(Path(folder), ["--ro-bind", folder, folder]) for folder in GPU_FOLDERS if os.path.isdir(folder)]
+    shown = [Path(folder) for folder in SYSTEM_FOLDERS] + [workdir]
+    for path in reveal:
+        path = Path(path)
+        if not path.is_absolute():
+            raise ValueError(f"reveal paths must be absolute: {path}")
+        if path.exists():
+            for where, args in _allowed(path):
+                mounts.append((where, args))
+                shown.append(where)
     hidden_folders, seen = [], set()
-    for path in [*ALWAYS_HIDDEN, *hide]:
+    for path in hide:
         path = Path(path)
         if not path.is_absolute():
             raise ValueError(f"hide paths must be absolute: {path}")
@@ -268,21 +352,19 @@ def _mounts(workdir: Path, hide: Sequence[Path], limits: Limits, sized_tmpfs: bo
         seen.add(real)
         if real == Path("/") or real == workdir:
             raise ValueError(f"cannot hide {real}: it is the root or the workdir")
+        if not any(real.is_relative_to(folder) for folder in shown):
+            continue  # not on the allow-list: out of sight already, and no mount point names it
         if real.is_dir():
             mounts.append((real, ["--tmpfs", str(real)]))
             hidden_folders.append(real)
         else:
             mounts.append((real, ["--ro-bind", "/dev/null", str(real)]))
-    for path in reveal:
-        real = Path(path).resolve()
-        if real.exists() and real != Path("/"):
-            mounts.append((real, ["--ro-bind", str(real), str(real)]))
     mounts.append((workdir, ["--ro-bind" if readonly_workdir else "--bind", str(workdir), str(workdir)]))
     mounts.sort(key=lambda mount: len(mount[0].parts))
     arguments = [argument for _, args in mounts for argument in args]
     for folder in hidden_folders:  # read-only last: mount points for deeper mounts were made in them first
         arguments += ["--remount-ro", str(folder)]
-    return arguments
+    return arguments + ["--remount-ro", "/"]  # the root's own tmpfs: mount points only, nothing to write
 
 
 def _limit_process(memory_bytes: int):
@@ -354,10 +436,16 @@ class _Run:
             channel_read, channel_write = os.pipe()
             pass_fds = (channel_write,)
             env = {**env, "COURSE_CHANNEL_FD": str(channel_write)}
+        arguments = -1
         if self.isolated:
             status_read, status_write = os.pipe()
-            pass_fds += (status_write,)
-            command = [*bwrap_command, "--json-status-fd", str(status_write), "--", *argv]
+            # The sandbox's options go through a file descriptor (--args), not the command line,
+            # which the program can read as its init's /proc/1/cmdline.
+            arguments = os.memfd_create("bwrap-arguments")
+            os.write(arguments, b"".join(argument.encode() + b"\0" for argument in bwrap_command[1:]))
+            os.lseek(arguments, 0, os.SEEK_SET)
+            pass_fds += (status_write, arguments)
+            command = [bwrap_command[0], "--args", str(arguments), "--json-status-fd", str(status_write), "--", *argv]
         try:
             self.process = subprocess.Popen(
                 command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out_write, stderr=out_write,
@@ -371,6 +459,8 @@ class _Run:
             os.close(out_write)
             if channel_write >= 0:
                 os.close(channel_write)
+            if arguments >= 0:
+                os.close(arguments)
         self.started = time.monotonic()
         if channel_read >= 0:
             self.selector.register(channel_read, selectors.EVENT_READ, "channel")

@@ -10,7 +10,7 @@ get full marks, so the sandbox is shown not to break honest code either.
 
 The submissions and the gradebook live outside /tmp (under /var/tmp when it is writable): the
 sandbox gives the learner's code a fresh /tmp, so a cohort under /tmp would be out of its sight
-whatever the grader asks to hide; outside it, only ``hide`` keeps them hidden.
+whatever the sandbox shows; outside it, only the sandbox's allow-list keeps them out of sight.
 
 These tests skip on a learner's machine without a working bubblewrap, but fail under CI
 (``CI=true``): CI must run them.
@@ -173,7 +173,7 @@ import errno
 import os
 import sysconfig
 
-STARTER = open(os.path.join(@REPO@, "exercises", "01_paging_exercise.ipynb")).read()
+STARTER = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'  # the exercises are out of sight
 ATTEMPTS = {  # harmless if they landed (a trailing newline, a comment), but each one shows
     "exercise": (os.path.join(@REPO@, "exercises", "01_paging_exercise.ipynb"), "a", "\\n"),
     "checks": (os.path.join(@REPO@, "course_lib", "grading", "checks", "paging.py"), "a", "\\n# " + @TOKEN@ + "\\n"),
@@ -476,7 +476,8 @@ def test_d_a_daemon_dies_with_its_run(cohort):
 def test_e_the_checkout_and_other_learners_cannot_be_written(cohort):
     grade = grade_of(cohort, "e_vandal")
     seen = grade.checks[0].message
-    assert grade.score == 0 and "exercise=EROFS" in seen and "WRITTEN" not in seen, report(grade)
+    assert grade.score == 0 and "WRITTEN" not in seen, report(grade)
+    assert "exercise=ENOENT" in seen and "checks=EROFS" in seen, seen  # exercises/ is not there, course_lib read-only
     assert _tree_digest(*cohort["watched"]) == cohort["before"]
     assert _files_naming_token(REPO_ROOT / "course_lib", REPO_ROOT / "exercises", REPO_ROOT / "solutions") == []
     assert list(Path(sysconfig.get_paths()["purelib"]).glob(f"*{TOKEN}*")) == []
@@ -515,7 +516,7 @@ def test_h_other_learners_and_the_gradebook_are_out_of_sight(cohort):
     grade = grade_of(cohort, "h_snoop")
     seen = grade.checks[0].message
     assert grade.score == 0
-    assert "root=[] out=[] honest=ENOENT workdirs=0 " in seen, seen  # not even its own: it starts in /tmp/work
+    assert "root=ENOENT out=ENOENT honest=ENOENT workdirs=0 " in seen, seen  # not on the allow-list: not there
 
 
 # --- what a learner's process leaves in its workdir -----------------------------------------------

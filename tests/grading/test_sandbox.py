@@ -302,7 +302,7 @@ def test_the_filesystem_is_read_only_but_for_the_workdir_and_a_private_tmp(work)
 
 
 @isolated
-def test_hidden_paths_can_be_neither_read_nor_written(work):
+def test_only_the_allow_list_is_there_and_hidden_paths_inside_it_are_covered(work):
     # Outside /tmp (/var/tmp is on disk and shared), where the sandbox's fresh /tmp hides nothing.
     root = Path(tempfile.mkdtemp(prefix="sandbox-hide-", dir="/var/tmp"))
     try:
@@ -317,31 +317,54 @@ def test_hidden_paths_can_be_neither_read_nor_written(work):
         alice = submissions / "alice"
         (alice / "private").mkdir(parents=True)
         (alice / "private" / "key").write_text("hidden inside the workdir")
+        data = root / "data"  # revealed: read-only, but its secret.txt hidden
+        data.mkdir()
+        (data / "table.csv").write_text("needed")
+        (data / "secret.txt").write_text("not needed")
         outcome = run_code("""
-            import json, os, sys
-            submissions, gradebook, token_file, alice = sys.argv[1:5]
-            report = {"submissions": sorted(os.listdir(submissions)), "gradebook": os.listdir(gradebook),
-                      "private": os.listdir(os.path.join(alice, "private"))}
-            try:
-                report["token"] = open(token_file).read()
-            except OSError as error:
-                report["token"] = error.errno
+            import errno, json, os, sys
+            submissions, gradebook, token_file, alice, data = sys.argv[1:6]
+            def look(path):
+                try:
+                    return sorted(os.listdir(path))
+                except OSError as error:
+                    return errno.errorcode[error.errno]
+            def read(path):
+                try:
+                    return open(path).read()
+                except OSError as error:
+                    return errno.errorcode[error.errno]
+            report = {"submissions": look(submissions), "gradebook": look(gradebook),
+                      "private": look(os.path.join(alice, "private")), "token": read(token_file),
+                      "bob": read(os.path.join(submissions, "bob", "answer.py")), "root": look("/"),
+                      "etc": look("/etc"), "data": look(data),
+                      "table": read(os.path.join(data, "table.csv")), "secret": read(os.path.join(data, "secret.txt"))}
             for name, path in [("write gradebook", os.path.join(gradebook, "grades.csv")),
                                ("write submissions", os.path.join(submissions, "bob", "answer.py")),
-                               ("write token", token_file), ("write private", os.path.join(alice, "private", "x"))]:
+                               ("write token", token_file), ("write private", os.path.join(alice, "private", "x")),
+                               ("write root", "/x"), ("write data", os.path.join(data, "x"))]:
                 try:
                     open(path, "w").write("rewritten")
                     report[name] = "ok"
                 except OSError as error:
-                    report[name] = error.errno
+                    report[name] = errno.errorcode[error.errno]
             open("report.json", "w").write(json.dumps(report))
-            """, alice, str(submissions), str(gradebook), str(token_file), str(alice),
-                           hide=[submissions, gradebook, token_file, alice / "private"])
+            """, alice, str(submissions), str(gradebook), str(token_file), str(alice), str(data),
+                           hide=[submissions, gradebook, token_file, alice / "private", data / "secret.txt"],
+                           reveal=[data])
         assert outcome == Outcome(0, False)
         seen = report(alice)
         assert seen["submissions"] == ["alice"]  # only the mount point of its own workdir
-        assert seen["gradebook"] == [] and seen["private"] == [] and seen["token"] in ("", 13)  # 13: EACCES
+        assert seen["gradebook"] == seen["token"] == seen["bob"] == "ENOENT"  # not on the allow-list: not there
+        assert seen["private"] == []  # hidden inside the workdir, which is shown
+        assert seen["data"] == ["secret.txt", "table.csv"] and seen["table"] == "needed"
+        assert seen["secret"] in ("", "EACCES")  # hidden inside a revealed folder: /dev/null, which nodev refuses
+        expected_root = {"dev", "proc", "tmp", "etc", root.parts[1]} | {Path(p).parts[1] for p in sandbox.python_paths()}
+        expected_root |= {name.strip("/") for name in sandbox.SYSTEM_FOLDERS if os.path.lexists(name)}
+        assert set(seen["root"]) <= expected_root, seen["root"]
+        assert set(seen["etc"]) <= {Path(name).name for name in sandbox.SYSTEM_FILES}, seen["etc"]
         assert all(seen[name] != "ok" for name in seen if name.startswith("write")), seen
+        assert seen["write root"] == seen["write data"] == "EROFS"
         assert (gradebook / "grades.csv").read_text() == "alice,0"
         assert (submissions / "bob" / "answer.py").read_text() == "bob's answer"
         assert token_file.read_text() == "secret"
@@ -351,13 +374,35 @@ def test_hidden_paths_can_be_neither_read_nor_written(work):
 
 
 @isolated
-def test_run_is_hidden_so_no_host_socket_can_be_reached(work):
+def test_run_is_not_there_so_no_host_socket_can_be_reached(work):
     outcome = run_code("""
         import json, os
-        open("report.json", "w").write(json.dumps({"run": os.listdir("/run")}))
+        seen = {folder: os.path.lexists(folder) for folder in ("/run", "/var/run", "/var")}
+        open("report.json", "w").write(json.dumps(seen))
         """, work)
     assert outcome == Outcome(0, False)
-    assert report(work)["run"] == []
+    assert report(work) == {"/run": False, "/var/run": False, "/var": False}
+
+
+@isolated
+def test_the_init_command_line_holds_no_mount(work):
+    """The sandbox's options reach bubblewrap through a file descriptor: its init's command line,
+    which the program can read, names no folder that is shown or hidden."""
+    secret = Path(tempfile.mkdtemp(prefix="sandbox-cmdline-", dir="/var/tmp"))
+    try:
+        outcome = run_code("""
+            import json
+            cmdline = open("/proc/1/cmdline", "rb").read().split(b"\\0")
+            open("report.json", "w").write(json.dumps([part.decode() for part in cmdline if part]))
+            """, work, hide=[secret / "x"], reveal=[secret])
+        assert outcome == Outcome(0, False)
+        cmdline = report(work)
+        assert cmdline[1] == "--args" and "--" in cmdline, cmdline
+        options = cmdline[:cmdline.index("--")]
+        assert not any(str(secret) in part for part in options), cmdline
+        assert not any(part in ("--ro-bind", "--tmpfs", "--bind", "--symlink") for part in cmdline), cmdline
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)
 
 
 @isolated
@@ -560,17 +605,32 @@ def test_mounts_are_made_parents_first(monkeypatch, tmp_path):
     outer, inner = tmp_path / "all", tmp_path / "all" / "alice" / "private"
     workdir = tmp_path / "all" / "alice"
     inner.mkdir(parents=True)
-    args = sandbox._mounts(workdir, [outer, inner, tmp_path / "missing"], Limits(memory_bytes=2**30, scratch_bytes=2**28))
+    data = tmp_path / "data"
+    (data / "folder").mkdir(parents=True)
+    args = sandbox._mounts(workdir, [outer, inner, tmp_path / "missing", data / "folder", tmp_path / "elsewhere"],
+                           Limits(memory_bytes=2**30, scratch_bytes=2**28), reveal=[data])
     position = {(args[i], args[i + 1]): i for i in range(len(args) - 1)}
-    assert position[("--ro-bind", "/")] == 0
+    assert "/" not in args[:-1]  # no --ro-bind / /: an empty root, made read-only at the very end
+    assert args[-2:] == ["--remount-ro", "/"]
+    assert position[("--ro-bind", "/usr")] < position[("--ro-bind", str(data))]
     assert position[("--dev", "/dev")] < position[("--dev-bind", "/dev/nvidia0")]
     assert position[("--dev", "/dev")] < position[("--tmpfs", "/dev/shm")]
-    assert position[("--tmpfs", str(outer))] < position[("--bind", str(workdir))] < position[("--tmpfs", str(inner))]
-    assert position[("--tmpfs", str(inner))] < position[("--remount-ro", str(outer))]
+    assert ("--ro-bind", "/sys") in position  # with GPU device nodes, for CUDA and NCCL
+    assert ("--tmpfs", str(outer)) not in position  # not on the allow-list: nothing to hide, no mount point
+    assert position[("--bind", str(workdir))] < position[("--tmpfs", str(inner))]  # hidden inside the workdir
+    assert position[("--ro-bind", str(data))] < position[("--tmpfs", str(data / "folder"))]  # inside a revealed one
+    assert position[("--tmpfs", str(inner))] < position[("--remount-ro", str(inner))]
     assert str(tmp_path / "missing") not in args  # nothing there: nothing to hide
     assert args[args.index("/tmp") - 3:args.index("/tmp")] == ["--size", str(2**28), "--tmpfs"]
     with pytest.raises(ValueError):
         sandbox._mounts(workdir, [workdir], Limits())
+    with pytest.raises(ValueError):
+        sandbox._mounts(workdir, [], Limits(), reveal=[Path("/")])
+
+
+def test_no_gpu_no_sys(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox.glob, "glob", lambda pattern: [])
+    assert "/sys" not in sandbox._mounts(tmp_path, [], Limits())
 
 
 def test_limits_must_be_positive():
