@@ -1,5 +1,7 @@
-"""One cohort of hostile learners, graded once as the course grades (``grade_cohort``, sandboxed,
-two at a time), and what each attack achieved: nothing.
+"""One cohort of hostile learners, graded as the course grades (``grade_cohort``, sandboxed,
+two at a time), and what each attack achieved: nothing. The same cohort graded one at a time gets
+the same verdicts, and a learner watching its sandbox while another is graded beside it sees
+nothing of that other run: grading concurrently holds each learner as grading alone does.
 
 Each learner folder is one attack, and each attacker's code is otherwise wrong or the starter,
 so any credit would mean the attack worked. Where an attack can report what it saw from
@@ -22,6 +24,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import sysconfig
@@ -251,6 +254,27 @@ def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
             f"workdirs={len(workdirs)} pids={pids}")
 '''
 
+WATCHER = '''# Your code
+import os
+import time
+
+START, PIDS, TMP = time.time(), 0, set()
+while time.time() < START + @SECONDS@:  # graded two at a time, another learner's run goes on meanwhile
+    PIDS = max(PIDS, sum(name.isdigit() for name in os.listdir("/proc")))
+    for folder, subfolders, files in os.walk("/tmp"):  # another learner's program folder would show here
+        if folder != "/tmp/work":
+            TMP.update(os.path.join(folder, name) for name in subfolders + files)
+        else:
+            subfolders.clear()
+    time.sleep(0.1)
+END = time.time()
+
+
+def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
+    return f"pids={PIDS} tmp={sorted(TMP)} window={START:.3f}-{END:.3f}"
+'''
+WATCH_S = 6.0
+
 DIFFERENT = '''# Your code
 import math
 from fractions import Fraction
@@ -344,8 +368,7 @@ def _outside_tmp(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("hostile-cohort")  # under /tmp: hidden by the sandbox's fresh /tmp anyway
 
 
-@pytest.fixture(scope="module")
-def cohort(tmp_path_factory):
+def _hostile_cohort(tmp_path_factory, jobs: int):
     base = _outside_tmp(tmp_path_factory)
     try:
         root, out = base / "submissions", base / "gradebook"
@@ -369,6 +392,7 @@ def cohort(tmp_path_factory):
         hand_in("f_killer", with_first_cell(KILLER))
         quiz_truth = _write_quiz_files(hand_in("g_quizzer", starter()))
         hand_in("h_snoop", with_first_cell(fill(SNOOP, **values)))
+        hand_in("i_watcher", with_first_cell(WATCHER.replace("@SECONDS@", repr(WATCH_S))))
         hand_in("y_honest", solved())
         hand_in("y_honest", solved(RING), RING)
         different = starter()
@@ -379,19 +403,36 @@ def cohort(tmp_path_factory):
         watched = [REPO_ROOT / "exercises", REPO_ROOT / "solutions", REPO_ROOT / "course_lib" / "grading" / "checks"]
         before = _tree_digest(*watched)
         exercises = [prepare_exercise(course_exercise(name)) for name in (PAGING, RING)]
-        progress = []
+        progress, finished_at = [], {}
+
+        def on_progress(done, total, grade):
+            progress.append(grade.learner)
+            finished_at[(grade.learner, grade.exercise)] = time.time()
         started = time.monotonic()
-        grades = grade_cohort(root, exercises, lambda done, total, grade: progress.append(grade.learner), jobs=2,
+        grades = grade_cohort(root, exercises, on_progress, jobs=jobs,
                               out=out, limits=LIMITS, isolate=True, cell_timeout_s=30)
         graded_s = time.monotonic() - started
         written = write_gradebook(grades, collect_quizzes(root, load_banks()), out)
         gradebook = {p.relative_to(out).as_posix(): p.read_bytes() for p in written}
         finished = time.monotonic()
         yield {"root": root, "out": out, "grades": {(g.learner, g.exercise): g for g in grades}, "progress": progress,
+               "finished_at": finished_at, "jobs": jobs, "base": base,
                "gradebook": gradebook, "finished": finished, "graded_s": graded_s, "before": before, "watched": watched,
                "quiz_truth": quiz_truth}
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory):
+    """The hostile cohort graded two at a time, as ``grade-cohort --jobs 2`` does."""
+    yield from _hostile_cohort(tmp_path_factory, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def cohort_alone(tmp_path_factory):
+    """The same cohort graded one notebook at a time."""
+    yield from _hostile_cohort(tmp_path_factory, jobs=1)
 
 
 def grade_of(cohort, learner: str, exercise: str = PAGING):
@@ -409,7 +450,7 @@ def feedback(cohort, learner: str) -> str:
 
 
 LEARNERS = ["a_rebinder", "b_transformer", "c_linked_folder", "c_linked_notebook", "d_daemon", "e_vandal", "f_killer",
-            "g_quizzer", "h_snoop", "y_honest", "z_different"]
+            "g_quizzer", "h_snoop", "i_watcher", "y_honest", "z_different"]
 
 
 # --- the cohort as a whole ------------------------------------------------------------------------
@@ -517,6 +558,56 @@ def test_h_other_learners_and_the_gradebook_are_out_of_sight(cohort):
     seen = grade.checks[0].message
     assert grade.score == 0
     assert "root=ENOENT out=ENOENT honest=ENOENT workdirs=0 " in seen, seen  # not on the allow-list: not there
+
+
+# --- graded two at a time, each learner is held as when graded alone ---------------------------
+
+def _masked(text: str, run) -> str:
+    """``text`` without what differs between two runs by nature: their folders (random names), process
+    ids, a watcher's clock."""
+    text = re.sub(r"(course-grading-|grade-)[a-z0-9_]{8}", r"\1<random>", text.replace(str(run["base"]), "<base>"))
+    return re.sub(r"\d+", "#", text)
+
+
+def _verdicts(run) -> dict:
+    """Per learner and exercise: status, each task's pass, its message and the notes, masked."""
+    return {key: (grade.status, [(check.passed, _masked(check.message, run)) for check in grade.checks],
+                  [_masked(note, run) for note in grade.notes])
+            for key, grade in run["grades"].items()}
+
+
+def test_two_at_a_time_every_verdict_is_the_one_given_alone(cohort, cohort_alone):
+    assert (cohort["jobs"], cohort_alone["jobs"]) == (2, 1)
+    two, alone = _verdicts(cohort), _verdicts(cohort_alone)
+    assert sorted(two) == sorted(alone)
+    assert {key: two[key] for key in two if two[key] != alone[key]} == {}, \
+        {key: (two[key], alone[key]) for key in two if two[key] != alone[key]}
+    assert cohort["gradebook"]["grades.csv"].count(b"\n") == cohort_alone["gradebook"]["grades.csv"].count(b"\n")
+
+
+def test_a_learner_watching_while_another_is_graded_beside_it_sees_nothing_of_it(cohort, cohort_alone):
+    seen = grade_of(cohort, "i_watcher").checks[0].message
+    window = re.search(r"window=([\d.]+)-([\d.]+)", seen)
+    assert window, seen
+    start, end = map(float, window.groups())
+    beside = [key for key, at in cohort["finished_at"].items() if start < at < end and key[0] != "i_watcher"]
+    assert beside, f"nothing else was graded during the watcher's {WATCH_S:g} s: the test proves nothing"
+    alone = grade_of(cohort_alone, "i_watcher").checks[0].message
+    assert _masked(seen, cohort) == _masked(alone, cohort_alone), (seen, alone)  # its /proc and /tmp as alone
+    assert len(re.findall(r"/tmp/course-grading-\w+/grade-\w+'", seen)) <= 1, seen  # its own program's folder
+
+
+def test_graded_alone_too_nothing_is_left_running_or_written(cohort_alone):
+    time.sleep(max(0.0, cohort_alone["finished"] + DAEMON_GRACE_S - time.monotonic()))
+    assert (cohort_alone["out"] / "grades.csv").read_bytes() == cohort_alone["gradebook"]["grades.csv"]
+    for marker in (cohort_alone["root"] / "d_daemon" / f"marker-{TOKEN}", Path(f"/tmp/marker-{TOKEN}"),
+                   REPO_ROOT / f"marker-{TOKEN}"):
+        assert not os.path.lexists(marker), marker
+    assert _processes_with_token() == []
+    assert _tree_digest(*cohort_alone["watched"]) == cohort_alone["before"]
+    for learner in LEARNERS:
+        if learner not in ("y_honest", "z_different"):
+            assert grade_of(cohort_alone, learner).score == 0, learner
 
 
 # --- what a learner's process leaves in its workdir -----------------------------------------------
