@@ -48,7 +48,7 @@ from course_lib.grading.grade import ExerciseGrade, PreparedExercise, grade_note
 from course_lib.grading.gradebook import write_gradebook
 from course_lib.grading.quizzes import collect_quizzes, load_banks
 from course_lib.grading.sandbox import Limits, sandbox_problem
-from course_lib.grading.similarity import compare_cohort, load_solutions, write_similarity
+from course_lib.grading.similarity import compare_cohort, load_solutions
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20
 SKIPPED = {"__MACOSX"}  # folders an archive tool adds (and any starting with a dot): not learners
@@ -197,18 +197,20 @@ def main(argv: list[str] | None = None) -> int:
     limits = Limits(time_s=args.time_limit, memory_bytes=capacity.memory_bytes)
     grades = grade_cohort(args.submissions, exercises, _progress, jobs=capacity.jobs, out=args.out, limits=limits,
                           isolate=not args.no_sandbox, cell_timeout_s=args.cell_timeout)
-    written = write_gradebook(grades, collect_quizzes(args.submissions, banks), args.out,
-                              warning=NO_SANDBOX_WARNING if args.no_sandbox else "")
-    print(f"wrote {args.out}/grades.csv, {args.out}/summary.html and {len(written) - 2} feedback files in "
-          f"{args.out}/feedback/")
     try:
         report = compare_cohort({grade.learner for grade in grades}, exercises, solutions,
                                 graded_notebooks(args.submissions))
-        write_similarity(report, args.out)
+    except Exception as error:  # noqa: BLE001 - a failed report must not cost the grades
+        report = None
+        print(f"course grade-cohort: no similarity report ({type(error).__name__}: {error})", file=sys.stderr)
+    written = write_gradebook(grades, collect_quizzes(args.submissions, banks), args.out,
+                              warning=NO_SANDBOX_WARNING if args.no_sandbox else "", similarity=report)
+    feedback = sum(Path(path).parent.name == "feedback" for path in written if path is not None)
+    print(f"wrote {args.out}/grades.csv, {args.out}/summary.html and {feedback} feedback files in "
+          f"{args.out}/feedback/")
+    if report is not None:
         print(f"wrote {args.out}/similarity.html and similarity.csv: {len(report.flagged)} pair(s) of answers "
               "flagged as alike (evidence for a conversation, not proof)")
-    except Exception as error:  # noqa: BLE001 - the grades are written; a failed report must not hide them
-        print(f"course grade-cohort: no similarity report ({type(error).__name__}: {error})", file=sys.stderr)
     if args.no_sandbox:
         print(NO_SANDBOX_WARNING, file=sys.stderr, flush=True)
     return 0

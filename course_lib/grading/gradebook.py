@@ -6,6 +6,10 @@ interrupted run never leaves a half-written file (each file is written aside, th
                          on the first try (retries are for learning and never count)
   feedback/<learner>.md  each failed task with its failing cases (call, expected, got, hint), and
                          any quiz file of theirs that could not be read
+  similarity.csv         pairs of answers to one task that look alike (learner, other learner or the
+                         course solution, score, fingerprints shared, flagged); see similarity.py
+  similarity.html        the flagged pairs with both answers side by side, the pairs listed for
+                         context, and per task how many answers were long enough to compare
 """
 
 from __future__ import annotations
@@ -96,9 +100,11 @@ def feedback_markdown(learner: str, grades: list[ExerciseGrade], quiz_problems: 
     return "\n".join(lines)
 
 
-def write_gradebook(grades: list[ExerciseGrade], quizzes: QuizCollection, out: Path, warning: str = "") -> list[Path]:
+def write_gradebook(grades: list[ExerciseGrade], quizzes: QuizCollection, out: Path, warning: str = "",
+                   similarity=None) -> list[Path]:
     """Write grades.csv, summary.html and feedback/<learner>.md under ``out``; return the paths.
-    ``warning`` (grading without a sandbox) heads the summary."""
+    ``warning`` (grading without a sandbox) heads the summary; ``similarity`` (``similarity.py``'s
+    report), when given, adds similarity.csv and similarity.html."""
     by_learner: dict[str, list[ExerciseGrade]] = defaultdict(list)
     for grade in grades:
         by_learner[grade.learner].append(grade)
@@ -107,4 +113,7 @@ def write_gradebook(grades: list[ExerciseGrade], quizzes: QuizCollection, out: P
     for learner, own in sorted(by_learner.items()):
         written.append(_write_atomically(out / "feedback" / f"{learner}.md",
                                          feedback_markdown(learner, own, quizzes.problems.get(learner, []))))
+    if similarity is not None:
+        from course_lib.grading.similarity import write_similarity  # it imports this module's writers
+        written += write_similarity(similarity, out)
     return written

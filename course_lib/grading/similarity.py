@@ -14,10 +14,10 @@ solution's (``solutions/NN_name_solution.ipynb``) and with every other learner's
    becomes its value (``1e3`` and ``1000.0``, ``'a'`` and ``"a"`` are the same). IPython lines
    (``%timeit``, ``!ls``) are dropped. Learner code is only read, never run.
 2. **Fingerprints:** every run of ``K`` consecutive normalised tokens (MOSS's k-grams, all of
-   them: the cells are small, so none is sampled away). Fingerprints the exercise itself gives
-   (the task's starter cell: signature, docstring, ``raise NotImplementedError``; and the
-   notebook's set-up cells) are removed first, as MOSS removes a base file, so the starter never
-   makes two learners alike.
+   them: the cells are small, so none is sampled away). What the exercise itself gives (the
+   task's starter cell: signature, docstring, ``raise NotImplementedError``; and the notebook's
+   set-up cells) is removed first, as MOSS removes a base file: its lines are dropped from each
+   answer and its fingerprints ignored, so the starter never makes two learners alike.
 3. **Score:** shared fingerprints over all fingerprints of the two answers (Jaccard), so 1.0
    is the same code after normalisation and a reordering of independent statements only loses
    the few fingerprints that span the swapped lines.
@@ -68,6 +68,7 @@ SOLUTION = "course solution"  # how the course's own answer is named in the repo
 NAME = "V"
 BUILTINS = frozenset(dir(builtins))
 STRUCTURE = {tokenize.NEWLINE: "⏎", tokenize.INDENT: "→", tokenize.DEDENT: "←"}
+LAYOUT = frozenset(STRUCTURE.values())
 _MAGIC = re.compile(r"^\s*[%!?]")
 _FALLBACK = re.compile(r"""
     (?P<comment>\#[^\n]*)
@@ -203,9 +204,10 @@ def normalised_tokens(source: str) -> list[str]:
 
 
 def fingerprints(tokens: Sequence[str], base: frozenset = frozenset()) -> frozenset:
-    """Every run of ``K`` tokens (a shorter answer is one fingerprint), less those in ``base``."""
+    """Every run of ``K`` tokens (a shorter answer is one fingerprint), less those in ``base`` and
+    those of layout only."""
     runs = {tuple(tokens[i:i + K]) for i in range(max(1, len(tokens) - K + 1))} if tokens else set()
-    return frozenset(runs - base)
+    return frozenset(run for run in runs - base if not set(run) <= LAYOUT)
 
 
 def similarity(a: frozenset, b: frozenset) -> float:
@@ -264,32 +266,63 @@ def load_solutions(modules: Iterable[str], course_root: Path = REPO_ROOT) -> dic
     return solutions
 
 
-def _base(pristine: nbformat.NotebookNode) -> tuple[frozenset, list[frozenset]]:
-    """The exercise's own fingerprints: its set-up cells', and each task's starter cell's."""
-    setup = frozenset().union(*(fingerprints(normalised_tokens(cell.source)) for cell in pristine.cells
-                                if cell.cell_type == "code" and _is(cell, "setup")))
-    starters = [fingerprints(normalised_tokens(cell.source)) for cell in pristine.cells
-                if cell.cell_type == "code" and _is(cell, "student")]
-    return setup, starters
+def given_code(pristine: nbformat.NotebookNode) -> list[str]:
+    """What the exercise itself gives each task, in task order: its set-up cells and the task's
+    starter cell (signature, docstring, ``raise NotImplementedError``)."""
+    setup = [cell.source for cell in pristine.cells if cell.cell_type == "code" and _is(cell, "setup")]
+    return ["\n\n".join([*setup, cell.source]) for cell in pristine.cells
+            if cell.cell_type == "code" and _is(cell, "student")]
+
+
+def _lines(tokens: Sequence[str]) -> list[tuple[str, ...]]:
+    """The logical lines of normalised ``tokens``: each line's tokens, indentation included."""
+    lines, line = [], []
+    for token in tokens:
+        if token == "⏎":
+            lines.append(tuple(line))
+            line = []
+        else:
+            line.append(token)
+    return lines + [tuple(line)] if line else lines
+
+
+def _content(line: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(token for token in line if token not in ("→", "←"))
+
+
+def without_given(tokens: Sequence[str], given: Sequence[str]) -> list[str]:
+    """``tokens`` without the logical lines that ``given`` has too (the starter's signature, its
+    ``raise`` line, an import of the set-up), so no fingerprint spans what the exercise gave."""
+    known = {_content(line) for line in _lines(given)}
+    out: list[str] = []
+    for line in _lines(tokens):
+        if _content(line) in known:
+            out += [token for token in line if token in ("→", "←")]
+        else:
+            out += [*line, "⏎"]
+    return out[:-1] if out[-1:] == ["⏎"] else out
 
 
 # --- comparing ----------------------------------------------------------------------------------
 
-def compare_task(exercise: str, task: str, answers: Mapping[str, str], starter: str = "",
-                 solution: str | None = None, base: frozenset = frozenset()) -> tuple[list[Pair], TaskSummary, dict]:
-    """Compare every two of ``answers`` (learner -> code) and each with ``solution``: the listed
-    pairs, the task's summary, and the code of every answer in a flagged pair."""
-    base = base | fingerprints(normalised_tokens(starter))
+def compare_task(exercise: str, task: str, answers: Mapping[str, str], given: str = "",
+                 solution: str | None = None) -> tuple[list[Pair], TaskSummary, dict]:
+    """Compare every two of ``answers`` (learner -> code) and each with ``solution``, leaving out
+    what the exercise ``given``: the listed pairs, the task's summary, and the code of every
+    answer in a flagged pair."""
+    given_tokens = normalised_tokens(given)
+    base = fingerprints(given_tokens)
+
+    def answer(who: str, source: str) -> Answer:
+        tokens = without_given(normalised_tokens(source), given_tokens)
+        return Answer(who, source, fingerprints(tokens, base), tuple(tokens))
+
     held = {}
     for who, source in sorted(answers.items()):
-        tokens = normalised_tokens(source)
-        prints = fingerprints(tokens, base)
-        if prints:
-            held[who] = Answer(who, source, prints, tuple(tokens))
-    reference = None
-    if solution is not None:
-        tokens = normalised_tokens(solution)
-        reference = Answer(SOLUTION, solution, fingerprints(tokens, base), tuple(tokens))
+        mine = answer(who, source)
+        if mine.fingerprints:
+            held[who] = mine
+    reference = answer(SOLUTION, solution) if solution is not None else None
     others = [(a, b) for a, b in combinations(held.values(), 2)]
     if reference is not None and reference.fingerprints:
         others += [(answer, reference) for answer in held.values()]
@@ -323,8 +356,8 @@ def compare_cohort(learners: Iterable[str], exercises: Sequence, solutions: Mapp
     for exercise in exercises:
         functions = [task.function for task in exercise.tasks]
         headings = [task.heading for task in exercise.tasks]
-        setup, starters = _base(exercise.pristine)
-        answers: list[dict[str, str]] = [{} for _ in starters]
+        given = given_code(exercise.pristine)
+        answers: list[dict[str, str]] = [{} for _ in given]
         for learner in learners:
             book = read(learner, exercise.name)
             if book is None:
@@ -335,14 +368,13 @@ def compare_cohort(learners: Iterable[str], exercises: Sequence, solutions: Mapp
         if reference is None:
             problems.append(f"{exercise.name}: no course solution to compare with; learners were compared "
                             "with each other only")
-        for index, starter in enumerate(starters):
+        for index, code in enumerate(given):
             heading = headings[index] if index < len(headings) else f"Task {index + 1}"
             solution = reference[index] if reference is not None and index < len(reference) else None
-            found, summary, code = compare_task(exercise.name, heading, answers[index], solution=solution,
-                                                base=setup | starter)
+            found, summary, sources = compare_task(exercise.name, heading, answers[index], code, solution)
             pairs += found
             tasks.append(summary)
-            shown.update(code)
+            shown.update(sources)
     return SimilarityReport(tuple(pairs), tuple(tasks), shown, tuple(problems))
 
 
@@ -403,7 +435,8 @@ def similarity_html(report: SimilarityReport) -> str:
         + (f"<table border=1 cellpadding=4>{head}{''.join(map(_pair_row, flagged))}</table>{details}"
            if flagged else "<p>None.</p>")
         + f"<h2>Listed, not flagged: {len(listed)} pair(s)</h2>"
-        + (f"<table border=1 cellpadding=4>{head}{''.join(map(_pair_row, listed))}</table>" if listed else "<p>None.</p>")
+        + (f"<table border=1 cellpadding=4>{head}{''.join(map(_pair_row, listed))}</table>"
+           if listed else "<p>None.</p>")
         + "<h2>Answers per task</h2><p>Answers: learners with code of their own for the task; compared: those "
         f"long enough to be flagged ({MIN_FINGERPRINTS} fingerprints or more).</p><table border=1 cellpadding=4>"
         "<tr><th>exercise</th><th>task</th><th>answers</th><th>compared</th><th>solution's fingerprints</th></tr>"
