@@ -12,7 +12,9 @@ Everything an instructor may change is an environment variable, read below. ``de
 explains the choices; the defaults suit one Linux GPU box run by root.
 
   COURSE_HUB_IP, COURSE_HUB_PORT  where the hub listens (127.0.0.1:8000; put TLS in front of it)
-  COURSE_HUB_STATE                the hub's database, cookie secret and proxy (./.hub)
+  COURSE_HUB_STATE                the hub's database, cookie secret and proxy pid: a private folder
+                                  outside the checkout (~/.local/state/llm-serving-course/hub,
+                                  course_lib/hub_state.py)
   COURSE_HUB_AUTH                 native (default) | dummy (tests only) | lti
   COURSE_HUB_ADMINS               comma-separated hub admins (they approve sign-ups)
   COURSE_HUB_LEARNERS             comma-separated learners allowed in (dummy only: with native sign-up
@@ -31,13 +33,17 @@ import shlex
 import sys
 from pathlib import Path
 
+from course_lib.hub_state import state_folder
+
 c = get_config()  # noqa: F821 - JupyterHub provides get_config to its config file
 
 COURSE = Path(__file__).resolve().parents[2]  # the course checkout
 VENV_BIN = Path(sys.executable).parent  # the hub runs from the course's virtual environment
-STATE = Path(os.environ.get("COURSE_HUB_STATE", COURSE / ".hub")).resolve()
-# The hub's database holds every account's password hash: nobody but the hub may read it. The
-# umask also keeps each learner's new files private to them.
+STATE = state_folder()  # COURSE_HUB_STATE, else a folder of the hub user's outside the checkout
+# The hub's database holds every account's password hash and the cookie secret forges any login:
+# nobody but the hub may read them, so they live outside the checkout (which every learner's
+# server, and a graded notebook's sandbox, can see part of). The umask also keeps each learner's
+# new files private to them.
 os.umask(0o077)
 STATE.mkdir(parents=True, exist_ok=True)
 STATE.chmod(0o700)
