@@ -219,6 +219,11 @@ def _probe(bwrap: str) -> _Bwrap:
     if not useful:
         return _Bwrap(problem=f"bubblewrap ({bwrap}) is too old for the grader's sandbox: {errors[-1]!r}; install "
                               "a newer bubblewrap (0.8 or later is tested)")
+    if "execvp" in useful[0]:
+        return _Bwrap(problem=(
+            f"bubblewrap ({bwrap}) works but cannot run this Python inside the sandbox: {useful[0]!r}. The grading "
+            f"user must be able to read and run {sys.executable} and the interpreter it was made from "
+            f"({sys.base_prefix}): an interpreter in a private home (/root/.pyenv) is out of its reach"))
     return _Bwrap(problem=(
         f"bubblewrap ({bwrap}) is installed but cannot build a sandbox here: {useful[0]!r}. It needs unprivileged "
         "user namespaces: enable them (sysctl user.max_user_namespaces=15000, and kernel.unprivileged_userns_clone=1 "

@@ -591,6 +591,15 @@ def test_sandbox_problem_when_bwrap_cannot_make_namespaces(monkeypatch, tmp_path
     assert "\n" not in problem
 
 
+def test_sandbox_problem_when_the_grading_user_cannot_run_this_python(monkeypatch, tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: execvp /root/.venv/bin/python: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problem = sandbox_problem()
+    assert "cannot run this Python" in problem and sys.base_prefix in problem and "user namespaces" not in problem
+
+
 def test_sandbox_problem_when_bwrap_is_too_old(monkeypatch, tmp_path):
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: Unknown option --json-status-fd' >&2\nexit 1\n")
