@@ -45,6 +45,7 @@ import io
 import keyword
 import re
 import tokenize
+from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -392,28 +393,90 @@ def similarity_csv(report: SimilarityReport) -> str:
     return out.getvalue()
 
 
-def _code(report: SimilarityReport, pair: Pair, who: str) -> str:
-    source = report.sources.get((pair.exercise, pair.task, who), "")
+def _groups(pairs: Sequence[Pair]) -> list[list[str]]:
+    """The learners that ``pairs`` link, directly or through others, each group sorted."""
+    parent: dict[str, str] = {}
+
+    def root(who: str) -> str:
+        while parent.setdefault(who, who) != who:
+            who = parent[who]
+        return who
+
+    for pair in pairs:
+        parent[root(pair.first)] = root(pair.second)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for who in sorted(parent):
+        groups[root(who)].append(who)
+    return sorted(groups.values())
+
+
+def _answer(report: SimilarityReport, exercise: str, task: str, who: str) -> str:
+    source = report.sources.get((exercise, task, who), "")
     cut = source[:MAX_SHOWN_CHARS] + ("\n..." if len(source) > MAX_SHOWN_CHARS else "")
-    return f"<td style='vertical-align:top'><b>{html.escape(who)}</b><pre>{html.escape(cut)}</pre></td>"
+    return (f"<details><summary>{html.escape(who)}'s answer</summary>"
+            f"<pre style='background:#f6f8fa;padding:6px'>{html.escape(cut)}</pre></details>")
+
+
+def _scores(pairs: Iterable[Pair]) -> str:
+    return ", ".join(f"{html.escape(p.first)} and {html.escape(p.second)} {p.score:.3f}" for p in pairs)
+
+
+def _split(pairs: Sequence[Pair]) -> tuple[list[Pair], list[Pair]]:
+    """One task's flagged pairs: those of a learner like the course solution, and those of two
+    learners alike, less the pairs of two learners who are both like the solution (that says
+    nothing more; the CSV still lists them)."""
+    like_solution = [pair for pair in pairs if pair.second == SOLUTION]
+    copied = {pair.first for pair in like_solution}
+    return like_solution, [pair for pair in pairs
+                           if pair.second != SOLUTION and not {pair.first, pair.second} <= copied]
+
+
+def _task_section(report: SimilarityReport, exercise: str, task: str, pairs: list[Pair]) -> str:
+    """One task's flags: who is like the course solution, then groups of learners alike."""
+    like_solution, between = _split(pairs)
+    copied = {pair.first for pair in like_solution}
+    parts = [f"<h3>{html.escape(exercise)} · {html.escape(task)}</h3>"]
+    if like_solution:
+        who = ", ".join(f"{html.escape(p.first)} ({p.score:.3f})" for p in sorted(like_solution, key=lambda p: p.first))
+        parts.append(f"<p><b>Like the course solution:</b> {who}</p>")
+    for group in _groups(between):
+        inside = [pair for pair in between if pair.first in group]
+        parts.append(f"<p><b>Alike:</b> {', '.join(map(html.escape, group))} ({_scores(inside)})</p>")
+    shown = ([SOLUTION] if like_solution else []) + sorted(copied | {w for p in between for w in (p.first, p.second)})
+    parts += [_answer(report, exercise, task, who) for who in shown]
+    return "".join(parts)
 
 
 def _pair_row(pair: Pair) -> str:
-    kind = "identical after normalising" if pair.identical else "near-identical"
     return (f"<tr><td>{html.escape(pair.exercise)}</td><td>{html.escape(pair.task)}</td>"
             f"<td>{html.escape(pair.first)}</td><td>{html.escape(pair.second)}</td><td>{pair.score:.3f}</td>"
-            f"<td>{pair.shared} of {pair.sizes[0]} / {pair.sizes[1]}</td><td>{kind if pair.flagged else ''}</td></tr>")
+            f"<td>{pair.shared} of {pair.sizes[0]} / {pair.sizes[1]}</td></tr>")
 
 
 def similarity_html(report: SimilarityReport) -> str:
-    head = ("<tr><th>exercise</th><th>task</th><th>learner</th><th>other</th><th>score</th>"
-            "<th>shared fingerprints</th><th></th></tr>")
     flagged = report.flagged
     listed = [pair for pair in report.pairs if not pair.flagged]
-    details = "".join(
-        f"<details><summary>{html.escape(p.exercise)} · {html.escape(p.task)}: {html.escape(p.first)} and "
-        f"{html.escape(p.second)} ({p.score:.3f})</summary><table><tr>{_code(report, p, p.first)}"
-        f"{_code(report, p, p.second)}</tr></table></details>" for p in flagged)
+    by_task: dict[tuple[str, str], list[Pair]] = defaultdict(list)
+    for pair in flagged:
+        by_task[(pair.exercise, pair.task)].append(pair)
+    sections = "".join(_task_section(report, exercise, task, by_task[(exercise, task)])
+                       for exercise, task in dict.fromkeys((t.exercise, t.task) for t in report.tasks)
+                       if (exercise, task) in by_task)
+    per_learner: dict[str, list[set[str]]] = defaultdict(lambda: [set(), set()])
+    for (exercise, task), pairs in by_task.items():
+        where = f"{exercise} {task.split(' ·')[0]}"
+        like_solution, between = _split(pairs)
+        for pair in like_solution:
+            per_learner[pair.first][0].add(where)
+        for pair in between:
+            per_learner[pair.first][1].add(where)
+            per_learner[pair.second][1].add(where)
+    learner_rows = "".join(
+        f"<tr><td>{html.escape(who)}</td><td>{len(solution)}</td><td>{html.escape(', '.join(sorted(solution)))}</td>"
+        f"<td>{len(others)}</td><td>{html.escape(', '.join(sorted(others)))}</td></tr>"
+        for who, (solution, others) in sorted(per_learner.items(), key=lambda item: (-sum(map(len, item[1])), item[0])))
+    head = ("<tr><th>exercise</th><th>task</th><th>learner</th><th>other</th><th>score</th>"
+            "<th>shared fingerprints</th></tr>")
     task_rows = "".join(
         f"<tr><td>{html.escape(t.exercise)}</td><td>{html.escape(t.task)}</td><td>{t.answers}</td>"
         f"<td>{t.compared}</td><td>{t.solution_size or 'no solution'}</td></tr>" for t in report.tasks)
@@ -424,17 +487,20 @@ def similarity_html(report: SimilarityReport) -> str:
         f"<p>Per task, each learner's code is compared with the course solution's and with every other "
         f"learner's, after normalising it: names become one placeholder, comments, docstrings and layout go, "
         f"literals are compared by value. The score is the share of {K}-token fingerprints the two answers "
-        f"have in common (1.0: the same code after normalising); fingerprints the exercise gives (its starter "
-        f"cell and set-up) are left out. A pair is <b>flagged</b> at a score of {FLAG_SCORE} or more when both "
-        f"answers have at least {MIN_FINGERPRINTS} fingerprints of their own; shorter answers (a one-line "
-        f"formula) are written alike by honest learners and are never flagged. Pairs from {LIST_SCORE} are "
-        f"listed below the flagged ones.</p><p><b>A flag is evidence for a conversation, not proof</b>: "
-        f"learners who worked together or followed the lesson's code closely look alike too.</p>"
+        f"have in common (1.0: the same code after normalising); what the exercise gives (its starter cell and "
+        f"set-up) is left out. A pair is <b>flagged</b> at a score of {FLAG_SCORE} or more when both answers "
+        f"have at least {MIN_FINGERPRINTS} fingerprints of their own (about four lines): shorter answers, such "
+        f"as a one-line formula, are written alike by honest learners and are never flagged. Renaming, "
+        f"reformatting, new comments and reordered statements do not hide a copy; rewriting it does.</p>"
+        f"<p><b>A flag is evidence for a conversation, not proof</b>: learners who worked together, or who "
+        f"followed the lesson's code closely, look alike too.</p>"
         + (f"<ul>{problems}</ul>" if problems else "")
         + f"<h2>Flagged: {len(flagged)} pair(s)</h2>"
-        + (f"<table border=1 cellpadding=4>{head}{''.join(map(_pair_row, flagged))}</table>{details}"
+        + ("<table border=1 cellpadding=4><tr><th>learner</th><th colspan=2>tasks like the course solution</th>"
+           f"<th colspan=2>tasks like another learner's</th></tr>{learner_rows}</table>{sections}"
            if flagged else "<p>None.</p>")
-        + f"<h2>Listed, not flagged: {len(listed)} pair(s)</h2>"
+        + f"<h2>Listed, not flagged: {len(listed)} pair(s)</h2><p>Scores from {LIST_SCORE} to {FLAG_SCORE}, "
+        f"for context.</p>"
         + (f"<table border=1 cellpadding=4>{head}{''.join(map(_pair_row, listed))}</table>"
            if listed else "<p>None.</p>")
         + "<h2>Answers per task</h2><p>Answers: learners with code of their own for the task; compared: those "

@@ -151,6 +151,9 @@ def test_the_report_files_are_reproducible_and_hostile_names_and_code_stay_data(
     assert csv_text.splitlines()[0].startswith("exercise,task,learner,other,against,score")
     assert f"{ROOFLINE},Task 1 · Arithmetic intensity and the binding roof,chen,gus,learner,1.000" in csv_text
     assert "evidence for a conversation, not proof" in page and f"Flagged: {len(PLANTED)} pair(s)" in page
+    task1 = page[page.index("<h3>04_roofline · Task 1"):page.index("<h3>04_roofline · Task 2")]
+    assert "<b>Like the course solution:</b> rene (0.9" in task1 and "vera (1.000)" in task1
+    assert "<b>Alike:</b> chen, gus (chen and gus 1.000)" in task1  # rene and vera: both like the solution
 
     hostile = "=cmd|' /C calc'!A0"
     code = "".join(f"x = '<script>alert({i})</script>' * {i}\n" for i in range(20))
