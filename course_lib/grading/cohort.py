@@ -7,7 +7,8 @@ one counted when both are there) and optionally exported quiz scorecards (``*.js
 exercises are read, and every expected value computed, before any learner code runs; nothing
 is re-read from the checkout afterwards. Each notebook is then graded as ``./course grade``
 does (``grade.py``), in a sandbox of its own (``sandbox.py``: its own PID namespace, no network,
-a read-only view of the machine with the submissions and the gradebook hidden, a time and a
+a read-only allow-list of the machine: the system's libraries, this Python and ``course_lib``,
+never the submissions, the gradebook or the rest of the checkout; a time and a
 memory limit), up to ``--jobs`` at a time. Files a learner hands in are data, never paths to
 follow. Nothing a submission does stops the run; each gets a status:
 
@@ -136,7 +137,8 @@ def grade_cohort(submissions: Path, exercises: list[PreparedExercise],
     grades, lock = [], threading.Lock()
     with tempfile.TemporaryDirectory(prefix="course-grading-") as scratch, \
             ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        # hidden from every sandbox: every submission, the gradebook, the other runs' folders, the grader's home
+        # Out of every sandbox's sight already (not on its allow-list); hidden by name as well, in case one lies
+        # inside a path the sandbox shows: every submission, the gradebook, the other runs' folders, the grader's home
         home = [Path.home()] if Path.home().resolve() != Path("/") else []
         hide = [submissions.resolve(), Path(scratch), *home] + ([out.resolve()] if out is not None else [])
         futures = [pool.submit(grade_submission, learner, exercise, limits=limits, isolate=isolate, hide=hide,
