@@ -114,20 +114,20 @@ def test_restore_keeps_student_work_and_helpers_but_never_an_edited_check(schedu
     assert [task.heading for task in scheduler.tasks] == TASKS
 
 
-def test_a_deleted_student_cell_is_restored_as_the_starter_before_the_learners_cells():
+def test_a_deleted_student_cell_is_restored_as_the_starter_unless_the_learner_defines_it():
     pristine = untouched()
     submission = solved()
     submission.cells.remove(student_cells(submission)[0])
     graded = student_cells(restore_locked_cells(submission, pristine))
     assert graded[0].source == student_cells(pristine)[0].source  # the starter, not task 2's code
     assert [c.source for c in graded[1:]] == [c.source for c in student_cells(solved())[1:]]
-    # the learner's code moved into a cell of their own, anywhere: it comes after the starter, so it counts
+    # the learner's code moved into a cell of their own, anywhere: no starter replaces it (tests/grading/test_restore.py)
     moved = solved()
     task1 = student_cells(moved)[0]
     moved.cells.remove(task1)
     moved.cells.append(nbformat.v4.new_code_cell(task1.source))
     program = [cell["source"] for cell in program_cells(moved, pristine)]
-    assert program.index(student_cells(pristine)[0].source) < program.index(task1.source)
+    assert task1.source in program and student_cells(pristine)[0].source not in program
 
 
 def test_cells_added_anywhere_run_where_the_learner_put_them():

@@ -12,14 +12,19 @@ The graded notebook is the pristine exercise, cell for cell, with:
   submission, so it runs where the learner ran it (a copied cell after its original, so the
   later definition wins, as in the kernel). Cells added above every pristine cell run just
   before the first *Your code* cell, after the set-up. Added cells are tagged ``ADDED_TAG``;
-* a student cell the learner deleted graded as the starter, placed before every cell the learner
-  wrote, so it never replaces a definition they moved elsewhere;
+* a student cell the learner deleted graded as its starter, where it stood, but only for the names
+  no cell of the learner's defines (``starter_left``): the learner's last definition wins wherever
+  it stands (a new cell in its place, above or below it, a pasted copy, a lambda, an import), and
+  a learner who never wrote the function is still told the task is not done. A ``from x import *``
+  may define anything, so it leaves no starter. (In the learner's own kernel nothing is restored:
+  a check cell judges whatever the name holds when it runs.);
 * every other cell (instructions, the locked ``setup`` and ``check`` cells) the pristine one,
   whatever the submission holds.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 from collections import defaultdict
 
@@ -56,18 +61,19 @@ def restore_locked_cells(submission: nbformat.NotebookNode, pristine: nbformat.N
         else:
             added[anchor].append(cell)
     graded = copy.deepcopy(pristine)
-    starters = [copy.deepcopy(cell) for cell in pristine.cells if _is_student(cell)
-                and cell.get("id") not in learner_version]
+    learner_code = [cell.source for cell in [*learner_version.values(), *(c for cs in added.values() for c in cs)]
+                    if cell.cell_type == "code"]
     cells, first_student = [], True
     for cell in pristine.cells:
         if _is_student(cell):
             if first_student:
-                cells += starters + _added(added[None])
+                cells += _added(added[None])
                 first_student = False
-            if cell.get("id") not in learner_version:
-                continue  # deleted: its starter is above
             restored = copy.deepcopy(cell)
-            restored.source = learner_version[cell.get("id")].source
+            if cell.get("id") in learner_version:
+                restored.source = learner_version[cell.get("id")].source
+            else:  # deleted: its starter, less what the learner defines anywhere
+                restored.source = starter_left(cell.source, learner_code)
         else:
             restored = copy.deepcopy(cell)
         cells.append(restored)
@@ -88,3 +94,82 @@ def _added(learner_cells: list) -> list:
             cell.outputs, cell.execution_count = [], None
         out.append(cell)
     return out
+
+
+def starter_left(starter: str, learner_code: list[str]) -> str:
+    """The deleted cell's ``starter`` without the top-level statements whose names some learner cell in
+    ``learner_code`` defines ("" when it defines every one, or may define anything)."""
+    defined: set[str] = set()
+    for source in learner_code:
+        names = bound_names(source)
+        if names is None:
+            return ""
+        defined |= names
+    try:
+        statements = ast.parse(starter).body
+    except SyntaxError:
+        return starter
+    lines, dropped, kept_a_definition = starter.splitlines(keepends=True), [], False
+    for statement in statements:
+        names = bound_names(ast.Module(body=[statement], type_ignores=[]))
+        if names and names <= defined:
+            first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", [])])
+            dropped.append(range(first - 1, statement.end_lineno))
+        elif names:
+            kept_a_definition = True
+    if not dropped:
+        return starter
+    if not kept_a_definition:
+        return ""
+    return "".join(line for number, line in enumerate(lines) if not any(number in gone for gone in dropped))
+
+
+def bound_names(code: str | ast.Module) -> set[str] | None:
+    """The names a cell binds in the notebook's namespace: ``def``/``class``, assignments (a lambda
+    too), imports, loop and ``with`` targets, at its top level or in its blocks, never inside a
+    function or class body. None when it may bind any name (``from x import *``). IPython's syntax
+    (magics, ``!`` commands, a ``%%`` cell magic's body) is read as IPython runs it; a cell that is
+    not Python binds nothing."""
+    if isinstance(code, str):
+        try:
+            code = ast.parse(_as_python(code))
+        except (SyntaxError, ValueError):
+            return set()
+    names: set[str] = set()
+    todo: list[ast.AST] = list(code.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            todo += node.decorator_list  # its body is a scope of its own
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+        todo += ast.iter_child_nodes(node)
+    return names
+
+
+def _as_python(source: str) -> str:
+    """A cell's source as the Python IPython runs: a ``%%`` cell magic's body (``%%time``,
+    ``%%capture`` run it in the notebook's namespace), line magics and ``!`` commands as calls."""
+    while source.lstrip().startswith("%%"):
+        source = source.lstrip().partition("\n")[2]
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return source
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 - learner text IPython cannot read binds nothing we can see
+        return source
