@@ -27,12 +27,15 @@ A pair is **flagged** when its score is at least ``FLAG_SCORE`` and both answers
 most honest learners, so such short answers are counted, never flagged. Pairs scoring at least
 ``LIST_SCORE`` are listed unflagged, for context. A flag is evidence for a conversation with
 the learner, not proof: two learners who worked together, or followed the lesson's code
-closely, look alike too.
+closely, look alike too; and a copy rewritten by hand (a loop for a comprehension, an
+expression split in two) is not caught.
 
-The report is ``similarity.csv`` (one row per listed pair) and ``similarity.html`` (the flagged
-pairs with both answers side by side, then the listed ones, then per task how many answers
-were compared), written like the rest of the gradebook: the same bytes on a rerun, each file
-written aside and renamed.
+The notebooks compared are the ones ``grade-cohort`` graded, read the same way (as data, no link
+followed, bounded: ``cohort.graded_notebooks``). The report is ``similarity.csv`` (one row per
+listed pair) and ``similarity.html`` (a table of the learners flagged; per task, who is like the
+course solution and which learners are alike, each answer shown once; the pairs listed for
+context; per task how many answers were long enough to compare), written by ``gradebook.py``
+like the rest of the gradebook: the same bytes on a rerun, each file written aside and renamed.
 """
 
 from __future__ import annotations
@@ -315,6 +318,7 @@ def compare_task(exercise: str, task: str, answers: Mapping[str, str], given: st
     base = fingerprints(given_tokens)
 
     def answer(who: str, source: str) -> Answer:
+        source = source[:MAX_ANSWER_CHARS]
         tokens = without_given(normalised_tokens(source), given_tokens)
         return Answer(who, source, fingerprints(tokens, base), tuple(tokens))
 
