@@ -23,6 +23,22 @@ from course_lib.grading.values import PlainDataError, Rule, from_plain, goodness
 
 NOT_WRITTEN = "NotImplementedError: Your code here"  # what the starter raises (exercise.py), also from a rank
 
+# What an error the learner's call raised means, in the learner's words: (text the error holds, hint).
+# Beside the starter's own, the messages of torch.distributed's gloo backend (the one every check on
+# ranks runs on) that name no mistake a learner would recognise.
+ERROR_HINTS = (
+    (NOT_WRITTEN, "this task is not done yet: replace the `raise NotImplementedError(...)` line with your code"),
+    ("ProcessGroupGloo::allgather: invalid tensor size",
+     "all_gather needs every rank's piece to be the same size, and gloo refuses pieces that differ (tensor_split's "
+     "may differ by one element): pad every piece to the largest one's size (ceil(n / k) elements for n in k "
+     "pieces), gather, then cut the padding off; or send each piece with its own dist.broadcast from its rank"),
+    ("ProcessGroupGloo::allgather: invalid output tensor list",
+     "all_gather's output list needs one tensor per rank of the group you pass (the group's size, not the world's)"),
+    ("Check failed: outputShape[0] * worldSize == inputShape[0]",
+     "reduce_scatter_single (reduce_scatter_tensor) needs an input of exactly the group's size times the output's "
+     "elements: pad a copy of the input with zeros to that size, or pass dist.reduce_scatter a list of pieces"),
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -150,10 +166,14 @@ def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict
                            "an endless loop? (the time limit covers all of this task's cases)")
     error = outcome.get("error")
     if isinstance(error, str):
-        hint = ("this task is not done yet: replace the `raise NotImplementedError(...)` line with your code"
-                if NOT_WRITTEN in error else "")
-        return CaseVerdict(call, case.why, False, expected_text, f"raised {shortened(error, 900)}", hint)
+        return CaseVerdict(call, case.why, False, expected_text, f"raised {shortened(error, 900)}", error_hint(error))
     return CaseVerdict(call, case.why, False, expected_text, "no result (the run stopped before this case)")
+
+
+def error_hint(error: str) -> str:
+    """The hint for an error the learner's call raised ("Type: message"): the first of ``ERROR_HINTS``
+    whose text it holds, else ""."""
+    return next((hint for text, hint in ERROR_HINTS if text in error), "")
 
 
 def _show_expected(want: Any, rule: Rule) -> str:
