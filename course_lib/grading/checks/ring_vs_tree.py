@@ -54,7 +54,11 @@ def _choice_cases() -> list[Case]:
     cases = [Case((512, 4096, 5e-6, 1 / 50e9), why="4 KB on 512 GPUs over InfiniBand"),
              Case((8, 2**30, 5e-6, 1 / 50e9), why="1 GiB on 8 GPUs"),
              Case((2, 0, 1e-6, 1e-10), why="a tie (2 ranks, nothing to send) goes to the ring"),
-             Case((4, 4, 5.0, 1.0), why="an exact tie on 4 ranks goes to the ring")]
+             Case((4, 4, 5.0, 1.0), why="an exact tie on 4 ranks goes to the ring"),
+             Case((8, 2**20, 1e-5, 1 / 52.4288e9),
+                  why="8 ranks, 1 MiB: the ring's 2(N-1) latency steps cost more than the tree's 2 log2(N)"),
+             Case((4, 2**20, 1e-5, 1 / 116.5e9),
+                  why="4 ranks, 1 MiB: the ring sends 2(N-1)/N of the bytes, the tree 4 times: the ring, narrowly")]
     rng = random.Random(6)
     for _ in range(200):
         n, size = rng.choice([2, 4, 8, 64, 512, 4096]), 2 ** rng.randint(10, 32)
