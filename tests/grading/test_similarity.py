@@ -201,3 +201,24 @@ def test_grade_cohort_with_real_grading_writes_the_report(tmp_path):
         [("Task 1", "vera", SOLUTION), ("Task 2", "vera", SOLUTION), ("Task 3", "vera", SOLUTION)]
     grades = list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))
     assert [row["passed"] for row in grades if row["learner"] == "vera"] == ["1"] * 4  # a copy passes: hence the report
+
+
+def test_a_linked_or_unreadable_notebook_is_left_out_never_followed(tmp_path, exercises):
+    roofline = exercises[1]
+    solution = load_solutions([ROOFLINE])[ROOFLINE]
+    outside = tmp_path / "outside.ipynb"
+    book = nbformat.read(course_exercise(ROOFLINE), as_version=4)
+    student_cells(book)[0].source = solution[0]
+    nbformat.write(book, outside)
+    root = tmp_path / "submissions"
+    for learner in ("linked", "garbled", "folder_link"):
+        (root / learner).mkdir(parents=True)
+    (root / "linked" / exercise_file(ROOFLINE)).symlink_to(outside)
+    (root / "garbled" / exercise_file(ROOFLINE)).write_bytes(b"\x00{not json")
+    (root / "folder_link").rmdir()
+    (root / "folder_link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    nbformat.write(book, tmp_path / "elsewhere" / exercise_file(ROOFLINE))
+    report = compare_cohort(["folder_link", "garbled", "linked"], [roofline], {ROOFLINE: solution},
+                            graded_notebooks(root))
+    assert report.pairs == () and all(task.answers == 0 for task in report.tasks)
