@@ -1082,6 +1082,15 @@ def test_the_correct_function_passes(exercise, task):
     assert verdict.passed, "\n".join(verdict.report())
 
 
+@pytest.mark.parametrize("exercise, task", [(e, t) for e, t in _tasks() if t.call == "direct"],
+                         ids=lambda v: v if isinstance(v, str) else v.function)
+def test_the_course_reference_passes_as_a_learner_would(exercise, task):
+    """The course's own reference, called the way a learner's function is, passes the judge: the
+    expected values survive the trip as plain data (a task called on ranks takes other arguments)."""
+    verdict = graded(task.function, task.reference)
+    assert verdict.passed, "\n".join(verdict.report())
+
+
 @pytest.mark.parametrize("row", _rows())
 def test_each_wrong_variant_fails_on_the_case_of_its_rule(row):
     verdict = graded(row.function, row.wrong, row.case)
