@@ -20,11 +20,14 @@ solution's (``solutions/NN_name_solution.ipynb``) and with every other learner's
    answer and its fingerprints ignored, so the starter never makes two learners alike.
 3. **Score:** shared fingerprints over all fingerprints of the two answers (Jaccard), so 1.0
    is the same code after normalisation and a reordering of independent statements only loses
-   the few fingerprints that span the swapped lines.
+   the few fingerprints that span the swapped lines; and **contained**: shared fingerprints over
+   the shorter answer's (JPlag's maximum similarity), which a copy padded with code of one's own
+   (checks, prints, a helper) keeps near 1.0 while its score drops.
 
-A pair is **flagged** when its score is at least ``FLAG_SCORE`` and both answers have at least
-``MIN_FINGERPRINTS`` fingerprints of their own: a one-line formula is written the same way by
-most honest learners, so such short answers are counted, never flagged. Pairs scoring at least
+A pair is **flagged** when its score is at least ``FLAG_SCORE`` or its contained share at least
+``FLAG_CONTAINED``, and both answers have at least ``MIN_FINGERPRINTS`` fingerprints of their
+own: a one-line formula is written the same way by most honest learners, so such short answers
+are counted, never flagged. Pairs scoring at least
 ``LIST_SCORE`` are listed unflagged, for context. A flag is evidence for a conversation with
 the learner, not proof: two learners who worked together, or followed the lesson's code
 closely, look alike too; and a copy rewritten by hand (a loop for a comprehension, an
@@ -62,7 +65,8 @@ from course_lib.grading.restore import ADDED_TAG, restore_locked_cells
 from course_lib.paths import REPO_ROOT
 
 K = 5                    # tokens per fingerprint
-FLAG_SCORE = 0.8         # flagged at or above this score ...
+FLAG_SCORE = 0.8         # flagged at or above this score, or ...
+FLAG_CONTAINED = 0.9     # ... with this share of the shorter answer's fingerprints in the other, ...
 MIN_FINGERPRINTS = 40    # ... when both answers have at least this many fingerprints of their own (about 4 lines)
 LIST_SCORE = 0.5         # listed (not flagged) at or above this score
 MAX_ANSWER_CHARS = 50_000  # of one answer's code, compared; the rest is ignored (a real answer is < 2,000)
@@ -99,7 +103,8 @@ class Pair:
     task: str
     first: str                   # a learner
     second: str                  # another learner, or SOLUTION
-    score: float
+    score: float                 # shared over all fingerprints of the two
+    contained: float             # shared over the shorter answer's fingerprints
     shared: int                  # fingerprints the two have in common
     sizes: tuple[int, int]       # each one's fingerprints
     identical: bool              # the same normalised code
@@ -333,14 +338,16 @@ def compare_task(exercise: str, task: str, answers: Mapping[str, str], given: st
         others += [(answer, reference) for answer in held.values()]
     pairs, shown = [], {}
     for a, b in others:
-        score = similarity(a.fingerprints, b.fingerprints)
-        if score < LIST_SCORE:
-            continue
-        big = min(len(a.fingerprints), len(b.fingerprints)) >= MIN_FINGERPRINTS
-        if not big:
+        smaller = min(len(a.fingerprints), len(b.fingerprints))
+        if smaller < MIN_FINGERPRINTS:
             continue  # short answers look alike whoever wrote them: counted in the summary, never listed
-        pair = Pair(exercise, task, a.who, b.who, round(score, 3), len(a.fingerprints & b.fingerprints),
-                    (len(a.fingerprints), len(b.fingerprints)), a.tokens == b.tokens, score >= FLAG_SCORE)
+        shared = len(a.fingerprints & b.fingerprints)
+        score, contained = similarity(a.fingerprints, b.fingerprints), shared / smaller
+        flagged = score >= FLAG_SCORE or contained >= FLAG_CONTAINED
+        if score < LIST_SCORE and not flagged:
+            continue
+        pair = Pair(exercise, task, a.who, b.who, round(score, 3), round(contained, 3), shared,
+                    (len(a.fingerprints), len(b.fingerprints)), a.tokens == b.tokens, flagged)
         pairs.append(pair)
         if pair.flagged:
             shown.update({(exercise, task, a.who): a.source, (exercise, task, b.who): b.source})
@@ -388,12 +395,12 @@ def compare_cohort(learners: Iterable[str], exercises: Sequence, solutions: Mapp
 def similarity_csv(report: SimilarityReport) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["exercise", "task", "learner", "other", "against", "score", "shared", "learner_size",
+    writer.writerow(["exercise", "task", "learner", "other", "against", "score", "contained", "shared", "learner_size",
                      "other_size", "identical", "flagged"])
     for pair in report.pairs:
         writer.writerow([pair.exercise, _cell(pair.task), _cell(pair.first), _cell(pair.second), pair.against,
-                         f"{pair.score:.3f}", pair.shared, pair.sizes[0], pair.sizes[1], int(pair.identical),
-                         int(pair.flagged)])
+                         f"{pair.score:.3f}", f"{pair.contained:.3f}", pair.shared, pair.sizes[0], pair.sizes[1],
+                         int(pair.identical), int(pair.flagged)])
     return out.getvalue()
 
 
@@ -422,7 +429,11 @@ def _answer(report: SimilarityReport, exercise: str, task: str, who: str) -> str
 
 
 def _scores(pairs: Iterable[Pair]) -> str:
-    return ", ".join(f"{html.escape(p.first)} and {html.escape(p.second)} {p.score:.3f}" for p in pairs)
+    return ", ".join(f"{html.escape(p.first)} and {html.escape(p.second)} {_score(p)}" for p in pairs)
+
+
+def _score(pair: Pair) -> str:
+    return f"{pair.score:.3f}" + (f", {pair.contained:.3f} contained" if pair.score < FLAG_SCORE else "")
 
 
 def _split(pairs: Sequence[Pair]) -> tuple[list[Pair], list[Pair]]:
@@ -441,7 +452,7 @@ def _task_section(report: SimilarityReport, exercise: str, task: str, pairs: lis
     copied = {pair.first for pair in like_solution}
     parts = [f"<h3>{html.escape(exercise)} · {html.escape(task)}</h3>"]
     if like_solution:
-        who = ", ".join(f"{html.escape(p.first)} ({p.score:.3f})" for p in sorted(like_solution, key=lambda p: p.first))
+        who = ", ".join(f"{html.escape(p.first)} ({_score(p)})" for p in sorted(like_solution, key=lambda p: p.first))
         parts.append(f"<p><b>Like the course solution:</b> {who}</p>")
     for group in _groups(between):
         inside = [pair for pair in between if pair.first in group]
@@ -454,6 +465,7 @@ def _task_section(report: SimilarityReport, exercise: str, task: str, pairs: lis
 def _pair_row(pair: Pair) -> str:
     return (f"<tr><td>{html.escape(pair.exercise)}</td><td>{html.escape(pair.task)}</td>"
             f"<td>{html.escape(pair.first)}</td><td>{html.escape(pair.second)}</td><td>{pair.score:.3f}</td>"
+            f"<td>{pair.contained:.3f}</td>"
             f"<td>{pair.shared} of {pair.sizes[0]} / {pair.sizes[1]}</td></tr>")
 
 
@@ -479,7 +491,7 @@ def similarity_html(report: SimilarityReport) -> str:
         f"<tr><td>{html.escape(who)}</td><td>{len(solution)}</td><td>{html.escape(', '.join(sorted(solution)))}</td>"
         f"<td>{len(others)}</td><td>{html.escape(', '.join(sorted(others)))}</td></tr>"
         for who, (solution, others) in sorted(per_learner.items(), key=lambda item: (-sum(map(len, item[1])), item[0])))
-    head = ("<tr><th>exercise</th><th>task</th><th>learner</th><th>other</th><th>score</th>"
+    head = ("<tr><th>exercise</th><th>task</th><th>learner</th><th>other</th><th>score</th><th>contained</th>"
             "<th>shared fingerprints</th></tr>")
     task_rows = "".join(
         f"<tr><td>{html.escape(t.exercise)}</td><td>{html.escape(t.task)}</td><td>{t.answers}</td>"
@@ -492,9 +504,11 @@ def similarity_html(report: SimilarityReport) -> str:
         f"learner's, after normalising it: names become one placeholder, comments, docstrings and layout go, "
         f"literals are compared by value. The score is the share of {K}-token fingerprints the two answers "
         f"have in common (1.0: the same code after normalising); what the exercise gives (its starter cell and "
-        f"set-up) is left out. A pair is <b>flagged</b> at a score of {FLAG_SCORE} or more when both answers "
-        f"have at least {MIN_FINGERPRINTS} fingerprints of their own (about four lines): shorter answers, such "
-        f"as a one-line formula, are written alike by honest learners and are never flagged. Renaming, "
+        f"set-up) is left out; <i>contained</i> is the share of the shorter answer's fingerprints found in the "
+        f"other, high for a copy padded with code of one's own. A pair is <b>flagged</b> at a score of "
+        f"{FLAG_SCORE} or more, or {FLAG_CONTAINED} contained, when both answers have at least "
+        f"{MIN_FINGERPRINTS} fingerprints of their own (about four lines): shorter answers, such as a one-line "
+        f"formula, are written alike by honest learners and are never flagged. Renaming, "
         f"reformatting, new comments and reordered statements do not hide a copy; rewriting it does.</p>"
         f"<p><b>A flag is evidence for a conversation, not proof</b>: learners who worked together, or who "
         f"followed the lesson's code closely, look alike too.</p>"

@@ -1,6 +1,7 @@
 """A planted cohort for the similarity report (tests/grading/test_similarity.py): honest learners who
 wrote exercises 01 and 04 each in their own way, and copiers of the course solution and of each
-other, verbatim and disguised. ``PLANTED`` lists the pairs the report must flag, nothing else.
+other, verbatim and disguised (renamed, reformatted, re-commented, reordered, padded).
+``PLANTED`` lists the pairs the report must flag, nothing else.
 
 Each answer is the body that replaces the starter's ``raise NotImplementedError(...)`` line, or a
 whole cell (``CELL:`` first) where the learner rewrote the signature too.
@@ -290,6 +291,50 @@ def step_intensity(model_name, gpu_name, requests):
     },
 }
 
+COPIERS["pia"] = {  # the solution of 04's tasks 2 and 3, padded with checks, a helper and trial prints of her own
+    ROOFLINE: [
+        None,
+        '''CELL:# Your code
+def verify_greedy(draft_token_ids, target_argmax_ids):
+    """The tokens one greedy verification step emits."""
+    assert len(target_argmax_ids) == len(draft_token_ids) + 1, "need k + 1 target choices"
+    if not draft_token_ids:
+        return [target_argmax_ids[0]]
+    emitted = []
+    for draft, target in zip(draft_token_ids, target_argmax_ids):
+        if draft != target:
+            break
+        emitted.append(draft)
+    return emitted + [target_argmax_ids[len(emitted)]]
+
+
+print(verify_greedy([1, 2, 3], [1, 2, 4, 5]))
+print(verify_greedy([7, 8], [7, 8, 9]))
+print(verify_greedy([], [4]))
+''',
+        '''CELL:# Your code
+def _is_distribution(probs):
+    return probs.dim() == 1 and bool((probs >= 0).all()) and abs(float(probs.sum()) - 1.0) < 1e-4
+
+
+def rejection_step(target_probs, draft_probs, draft_token, generator):
+    """The token one rejection-sampling step emits for the draft ``draft_token``."""
+    assert _is_distribution(target_probs) and _is_distribution(draft_probs)
+    assert 0 <= draft_token < len(target_probs), "the draft is not in the vocabulary"
+    p, q, x = target_probs, draft_probs, draft_token
+    if float(torch.rand(1, generator=generator)) < min(1.0, float(p[x] / q[x])):
+        return x
+    residual = torch.clamp(p - q, min=0)
+    return int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+
+
+g = torch.Generator().manual_seed(0)
+print([rejection_step(torch.tensor([0.5, 0.5]), torch.tensor([0.9, 0.1]), 0, g) for _ in range(10)])
+''',
+        None,
+    ],
+}
+
 # the pairs the report must flag: (exercise, task number, learner, other learner or "course solution")
 PLANTED = {
     (ROOFLINE, 1, "vera", "course solution"),
@@ -301,6 +346,11 @@ PLANTED = {
     (ROOFLINE, 3, "rene", "vera"),
     (ROOFLINE, 1, "chen", "gus"),
     (ROOFLINE, 2, "dara", "gus"),
+    (ROOFLINE, 2, "pia", "course solution"),
+    (ROOFLINE, 2, "pia", "vera"),
+    (ROOFLINE, 3, "pia", "course solution"),
+    (ROOFLINE, 3, "pia", "rene"),
+    (ROOFLINE, 3, "pia", "vera"),
 }
 
 

@@ -49,8 +49,8 @@ def test_every_planted_copy_is_flagged_with_its_pair_and_no_honest_learner_is(pl
     assert flagged == PLANTED
     honest = set(HONEST)
     for pair in report.pairs:  # honest learners are listed, at most, never flagged
-        if {pair.first, pair.second} <= honest | {SOLUTION} and key(pair) not in PLANTED:
-            assert pair.score < FLAG_SCORE, pair
+        if {pair.first, pair.second} & honest and key(pair) not in PLANTED:
+            assert pair.score < FLAG_SCORE and not pair.flagged, pair
     scores = {key(pair): pair.score for pair in report.flagged}
     assert scores[(ROOFLINE, 1, "vera", SOLUTION)] == 1.0  # verbatim, markers and all
     assert scores[(ROOFLINE, 1, "chen", "gus")] == 1.0  # another learner's cell, verbatim
@@ -58,6 +58,10 @@ def test_every_planted_copy_is_flagged_with_its_pair_and_no_honest_learner_is(pl
     assert scores[(ROOFLINE, 3, "rene", SOLUTION)] == 1.0  # renamed, re-commented, 1. for 1.0
     assert 0.85 < scores[(ROOFLINE, 1, "rene", SOLUTION)] < 1.0  # also reformatted and reordered
     assert all(pair.identical == (pair.score == 1.0) for pair in report.flagged)
+    padded = [pair for pair in report.flagged if pair.first == "pia" and pair.second == SOLUTION]
+    assert len(padded) == 2 and all(pair.score < 0.5 and pair.contained > 0.95 for pair in padded)
+    honest_pairs = [pair for pair in report.pairs if {pair.first, pair.second} & honest and key(pair) not in PLANTED]
+    assert max(pair.contained for pair in honest_pairs) < 0.75
 
 
 def test_short_answers_are_counted_but_never_flagged(planted):
