@@ -7,7 +7,8 @@ interrupted run never leaves a half-written file (each file is written aside, th
   feedback/<learner>.md  each failed task with its failing cases (call, expected, got, hint), and
                          any quiz file of theirs that could not be read
   similarity.csv         pairs of answers to one task that look alike (learner, other learner or the
-                         course solution, score, fingerprints shared, flagged); see similarity.py
+                         course solution, score, share contained, fingerprints shared, flagged); see
+                         similarity.py
   similarity.html        the flagged pairs with both answers side by side, the pairs listed for
                          context, and per task how many answers were long enough to compare
 """
