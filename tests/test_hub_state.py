@@ -66,7 +66,8 @@ def test_state_in_both_places_stops_and_says_what_to_do(box):
     with pytest.raises(StateError, match="both") as error:
         prepare(checkout, environ, say=lambda text: None)
     assert "COURSE_HUB_STATE=" in str(error.value)
-    assert (checkout / ".hub" / "jupyterhub.sqlite").exists() and (state / "jupyterhub.sqlite").read_text() == "the new one"
+    assert (checkout / ".hub" / "jupyterhub.sqlite").exists()
+    assert (state / "jupyterhub.sqlite").read_text() == "the new one"
 
 
 def test_a_hub_still_running_from_the_old_place_is_not_moved(box):

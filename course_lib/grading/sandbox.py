@@ -242,9 +242,11 @@ def run_isolated(argv: list[str], workdir: Path, limits: Limits, *, env: dict[st
     ``reveal``: paths added to the allow-list, read-only (the course's code, data a program
     needs); the system's programs and libraries and this Python (``python_paths``) always are.
     ``hide``: paths covered even where they lie inside a path that is shown (the workdir, a
-    revealed folder, this Python); elsewhere they are out of sight anyway. ``readonly_workdir``: the workdir is bound read-only and
-    the program starts in ``/tmp/work`` of its private, capped /tmp, so it can fill neither the
-    grader's disk nor its memory beyond ``limits.scratch_bytes`` per tmpfs. ``channel_limit > 0``
+    revealed folder, this Python); elsewhere they are out of sight anyway.
+
+    ``readonly_workdir``: the workdir is bound read-only and the program starts in ``/tmp/work``
+    of its private, capped /tmp, so it can fill neither the grader's disk nor its memory beyond
+    ``limits.scratch_bytes`` per tmpfs. ``channel_limit > 0``
     gives the program a pipe, its file descriptor number in ``COURSE_CHANNEL_FD``, whose first
     ``channel_limit`` bytes come back in ``Outcome.channel`` (results the caller must treat as
     untrusted data). Both only change the sandboxed run; the fallback runs in ``workdir``.

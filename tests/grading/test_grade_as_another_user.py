@@ -57,7 +57,8 @@ def cannot() -> str | None:
 def python_for_grader(base: Path) -> str:
     """A Python the grader's account can run with the course's packages: the course's own, or a
     venv made from the system's Python of the same version around the course's site-packages."""
-    probe = "import os, sys, nbformat, IPython, course_lib; os.stat(os.path.realpath(sys.executable)); print(sys.base_prefix)"
+    probe = ("import os, sys, nbformat, IPython, course_lib; os.stat(os.path.realpath(sys.executable)); "
+             "print(sys.base_prefix)")
     done = as_grader([sys.executable, "-c", probe], cwd=base)
     if done.returncode == 0 and done.stdout.strip() == sys.base_prefix:  # the same interpreter, reachable by its path
         return sys.executable
@@ -67,7 +68,8 @@ def python_for_grader(base: Path) -> str:
                     f"no {system} to make a venv it can run")
     shim = base / "grader-venv"
     subprocess.run([str(system), "-m", "venv", "--without-pip", str(shim)], check=True, capture_output=True)
-    site_packages = next(Path(path) for path in sys.path if path.startswith(sys.prefix) and path.endswith("site-packages"))
+    site_packages = next(Path(path) for path in sys.path
+                         if path.startswith(sys.prefix) and path.endswith("site-packages"))
     purelib = next(shim.glob("lib/python*/site-packages"))
     (purelib / "course-venv.pth").write_text(f"import site; site.addsitedir({str(site_packages)!r})\n")
     subprocess.run(["chmod", "-R", "a+rX", str(shim)], check=True)
