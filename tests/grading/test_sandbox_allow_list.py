@@ -76,7 +76,8 @@ def _outside_tmp() -> Path:
 
 
 class StandIns:
-    """Files written for the test where a hub box would have them; removed afterwards."""
+    """Files written for the test where a hub box would have them; removed afterwards.
+    (tests/browser/test_hub_cohort.py, which watches the checkout, knows their names.)"""
 
     def __init__(self):
         self.made: list[Path] = []
