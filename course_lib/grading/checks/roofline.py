@@ -29,6 +29,13 @@ SIGNIFICANCE = 1e-6  # a right sampler fails a case this rarely; the mistakes sc
 
 # Task 1
 
+# A step whose intensity is the L4's ridge point exactly: 1,041,330,104,320 FLOPs over 2,581,810,176 bytes is
+# 1210/3 FLOP/byte, as is 121e12 / 300e9. Every number is a whole one, so the usual ways of comparing (the two
+# ratios, the two times, multiplied out, ridge x bytes, and the same in TFLOP, GFLOP, GB or TB) all give exactly
+# equal sides (tests/grading/test_checks_boundaries.py computes each): the decision at the tie can be judged exactly.
+TIE_AT_THE_RIDGE = [(1689, 381), (654, 1)]
+
+
 def roofline_step(model_name: str, gpu_name: str, requests: list[tuple[int, int]]) -> dict:
     """FLOPs, bytes, arithmetic intensity and binding roof of one bf16 step, from ``step_cost``."""
     cost = step_cost(get_model(model_name), get_gpu(gpu_name), requests, "bf16", AT_THE_ROOFS)
@@ -48,7 +55,12 @@ def _intensity_cases() -> list[Case]:
              Case(("Llama-3.1-8B", "H100-80GB", [(0, 2048), (1000, 1), (3000, 1), (500, 1)]),
                   why="a prefill and three decodes in one step"),
              Case(("Llama-3.1-8B", "A100-80GB", [(0, 256)]), why="the ridge point is the GPU's: A100, compute-bound"),
-             Case(("Llama-3.1-8B", "H100-80GB", [(0, 256)]), why="the same step on an H100: memory-bound")]
+             Case(("Llama-3.1-8B", "H100-80GB", [(0, 256)]), why="the same step on an H100: memory-bound"),
+             Case(("Llama-3.2-1B", "L4-24GB", TIE_AT_THE_RIDGE),
+                  why="exactly at the L4's ridge point (in FLOPs and bytes, TFLOP and GB alike): at or above it is "
+                      "'compute'"),
+             Case(("Llama-3.2-1B", "L4-24GB", [(1689, 381), (655, 1)]),
+                  why="one context token more than the tie: just below the ridge point, 'memory'")]
     rng = random.Random(41)
     while len(cases) < 40:
         requests = [(rng.choice([0, rng.randint(1, 8000)]), rng.choice([1, 1, rng.randint(1, 2048)]))
@@ -60,36 +72,92 @@ def _intensity_cases() -> list[Case]:
     return cases
 
 
+def step_variant(model_name: str, requests: list[tuple[int, int]], *, linear: float = 2, attention: float = 4,
+                 query_heads: str = "num_heads", pairs: str = "causal", weights: str = "num_params",
+                 weight_bytes: float = 2, kv_heads: str = "num_kv_heads", k_and_v: float = 2, kv_bytes: float = 2,
+                 kv_tokens: str = "context and new") -> tuple[float, float]:
+    """(FLOPs, bytes) of the task's formula with one part changed, to name a mistake by the value it gives."""
+    model = get_model(model_name)
+    new = sum(n for _, n in requests)
+    counted = {"causal": lambda c, n: n * c + n * (n + 1) // 2,         # new token i attends c + i + 1
+               "cached only": lambda c, n: n * c,                        # the new tokens attend nothing new
+               "all new": lambda c, n: n * (c + n),                      # every new token attends every new one
+               "not itself": lambda c, n: n * c + n * (n - 1) // 2,      # new token i attends c + i
+               "from the start": lambda c, n: (c + n) * (c + n + 1) // 2}[pairs]  # the cached tokens again
+    flops = (linear * (model.active_params if weights != "active in FLOPs" else model.num_params) * new
+             + attention * model.num_layers * getattr(model, query_heads) * model.head_dim
+             * sum(counted(c, n) for c, n in requests))
+    per_token = k_and_v * model.num_layers * getattr(model, kv_heads) * model.head_dim * kv_bytes
+    tokens = {"context and new": sum(c + 2 * n for c, n in requests), "context": sum(c + n for c, n in requests),
+              "cached": sum(c for c, _ in requests), "none": 0}[kv_tokens]
+    read = {"num_params": model.num_params, "active in FLOPs": model.num_params, "active_params": model.active_params}
+    return flops, weight_bytes * read[weights] + per_token * tokens
+
+
+# (a part of the formula changed, what the hint says), for the FLOPs and for the bytes
+FLOP_MISTAKES = (
+    ({"attention": 0}, "add attention's FLOPs: 4 x layers x query heads x head_dim x attended pairs"),
+    ({"weights": "active in FLOPs"},
+     "a token multiplies only by its own experts' weights: 2 x ACTIVE parameters per new token"),
+    ({"query_heads": "num_kv_heads"},
+     "attention's FLOPs count the query heads, model.num_heads: every query head attends; the KV heads "
+     "(num_kv_heads, fewer with GQA) count only in the KV cache's bytes"),
+    ({"linear": 1}, "a multiply-add is 2 FLOPs: the linear layers do 2 x active_params FLOPs per new token"),
+    ({"attention": 2}, "attention has two matrix products (QK^T and PV), each a multiply-add (2 FLOPs) per pair "
+                       "and per head_dim: 4 x layers x num_heads x head_dim per attended pair"),
+    ({"pairs": "cached only"}, "attended pairs: the new tokens also attend each other and themselves; new token i "
+                               "(from 0) attends cached_tokens + i + 1 tokens, new x cached + new x (new + 1) / 2"),
+    ({"pairs": "all new"}, "attended pairs: attention is causal, new token i (from 0) attends cached_tokens + i + 1 "
+                           "tokens, not every new one: new x cached + new x (new + 1) / 2"),
+    ({"pairs": "not itself"}, "attended pairs: a token attends itself too, new token i (from 0) attends "
+                              "cached_tokens + i + 1 tokens: new x cached + new x (new + 1) / 2"),
+    ({"pairs": "from the start"}, "attended pairs: only the new tokens are computed in this step (the cached ones "
+                                  "attended earlier): new x cached + new x (new + 1) / 2"),
+)
+BYTE_MISTAKES = (
+    ({"weights": "active_params"}, "a step of many tokens reads every expert's weights: 2 bytes x ALL parameters"),
+    ({"kv_tokens": "none"}, "add the KV cache: read for every context token, written for every new one"),
+    ({"kv_heads": "num_heads"}, "the KV cache holds the KV heads only: model.num_kv_heads, not num_heads (with GQA "
+                                "several query heads share one KV head)"),
+    ({"k_and_v": 1}, "half the KV bytes: a token stores a key AND a value, each of 2 bytes a number (bf16): KV "
+                     "bytes per token = 2 x layers x KV heads x head_dim x 2 bytes"),  # either factor missing
+    ({"weight_bytes": 1}, "the weights are bf16: 2 bytes x num_params"),
+    ({"kv_tokens": "context"}, "the new tokens' keys and values are also written once: KV bytes per token x "
+                               "(context tokens + new tokens)"),
+    ({"kv_tokens": "cached"}, "the KV cache is read for every context token (cached + new) and written for every "
+                              "new one: KV bytes per token x (cached + 2 x new)"),
+)
+
+
+def _nearest(value: float, variants: list[tuple[float, str]]) -> str | None:
+    """The hint of the variant nearest ``value``, if it is within 1e-6 of it (relative): the mistake made."""
+    distance = lambda variant: abs(value - variant) / max(abs(variant), 1e-300)  # noqa: E731
+    near = [(distance(variant), hint) for variant, hint in variants if distance(variant) <= 1e-6]
+    return min(near)[1] if near else None
+
+
 def _intensity_hint(case: Case, expected, got) -> str | None:
-    model_name, _, requests = case.args
+    model_name, gpu_name, requests = case.args
     if not isinstance(got, dict) or set(got) != set(expected):
         return "return a dict with the keys 'flops', 'bytes', 'intensity' and 'bound'"
-    model = get_model(model_name)
-    new_tokens = sum(new for _, new in requests)
-    skipped = model.num_params - model.active_params  # the experts a token is not routed to (0 if dense)
     close = lambda value, target: math.isclose(value, target, rel_tol=1e-6)  # noqa: E731
     if not close(got["flops"], expected["flops"]):
-        if close(got["flops"], 2 * model.active_params * new_tokens):
-            return "add attention's FLOPs: 4 x layers x query heads x head_dim x attended pairs"
-        if skipped and close(got["flops"], expected["flops"] + 2 * skipped * new_tokens):
-            return "a token multiplies only by its own experts' weights: 2 x ACTIVE parameters per new token"
-        per_pair = 4 * model.num_layers * model.num_heads * model.head_dim
-        pairs = (got["flops"] - 2 * model.active_params * new_tokens) / per_pair
-        if pairs > 0 and close(pairs, round(pairs)):  # the linear layers are right, the pairs are not
-            return "attended pairs: new token i (from 0) attends cached_tokens + i + 1 tokens"
-        return None
+        named = _nearest(got["flops"], [(step_variant(model_name, requests, **change)[0], hint)
+                                        for change, hint in FLOP_MISTAKES])
+        return named or ("FLOPs = 2 x active_params x new tokens + 4 x layers x num_heads x head_dim x attended pairs, "
+                "new token i (from 0) attending cached_tokens + i + 1 tokens")
     if not close(got["bytes"], expected["bytes"]):
-        if skipped and close(got["bytes"], expected["bytes"] - 2 * skipped):
-            return "a step of many tokens reads every expert's weights: 2 bytes x ALL parameters"
-        if close(got["bytes"], 2 * model.num_params):
-            return "add the KV cache: read for every context token, written for every new one"
-        if got["bytes"] > 2 * model.num_params:
-            return ("KV bytes per token are 2 (K and V) x layers x KV heads x head_dim x 2 bytes, read for every "
-                    "context token (cached + new) and written for every new one")
-        return None
+        named = _nearest(got["bytes"], [(step_variant(model_name, requests, **change)[1], hint)
+                                        for change, hint in BYTE_MISTAKES])
+        return named or ("bytes = 2 x num_params + KV bytes per token x (cached + 2 x new), KV bytes per token = 2 (K and V) "
+                "x layers x num_kv_heads x head_dim x 2 bytes")
     if not close(got["intensity"], expected["intensity"]):
         return "intensity is FLOPs per byte: flops / bytes"
     if got["bound"] != expected["bound"]:
+        gpu = get_gpu(gpu_name)
+        if expected["flops"] * gpu.hbm_bandwidth == gpu.bf16_flops * expected["bytes"]:
+            return ("this step sits exactly on the ridge point: at or above it is 'compute' (>=, not >); the case is "
+                    "exact in FLOPs and bytes as in TFLOP and GB")
         return "compare the intensity with the GPU's ridge point, bf16_flops / hbm_bandwidth: at or above it, 'compute'"
     return None
 

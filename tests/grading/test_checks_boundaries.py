@@ -1,0 +1,173 @@
+"""Decisions on their boundaries: every comparison a task states ("at or above", "a tie goes to",
+"at most", "fewer than") has a hand-built case exactly on it, that case catches the off-by-one
+variant, and a decision derived from floats is never lost to one ulp of a correct formulation
+(issue 30: a tie built exact in any units, or judged by the learner's own numbers, as the task says)."""
+
+from fractions import Fraction
+
+import pytest
+
+from course_lib.grading.checks.roofline import (BYTE_MISTAKES, FLOP_MISTAKES, TIE_AT_THE_RIDGE, roofline_step,
+                                                 step_variant)
+from course_lib.grading.selfcheck import Checker
+from course_lib.perf.hardware import get_gpu
+from course_lib.perf.models import get_model
+from test_checks import caught_mistake, function_name, verdict
+
+# Exercise 04, task 1: the step exactly on the ridge point
+
+STEP = """
+    def step_intensity(model_name, gpu_name, requests):
+        model, gpu = get_model(model_name), get_gpu(gpu_name)
+        pairs = sum(new * cached + new * (new + 1) // 2 for cached, new in requests)
+        flops = 2 * model.active_params * sum(new for _, new in requests) + 4 * model.num_layers * model.num_heads * model.head_dim * pairs
+        kv = 2 * model.num_layers * model.num_kv_heads * model.head_dim * 2
+        moved = 2 * model.num_params + kv * sum(cached + 2 * new for cached, new in requests)
+        return {"flops": flops, "bytes": moved, "intensity": flops / moved, "bound": BOUND}
+"""
+
+# the ways a learner may compare (flops, bytes) with the GPU's (peak FLOP/s, bandwidth): True for "compute"
+COMPARISONS = {
+    "the two ratios": lambda f, b, peak, bw: f / b >= peak / bw,
+    "the two times": lambda f, b, peak, bw: f / peak >= b / bw,
+    "multiplied out": lambda f, b, peak, bw: f * bw >= peak * b,
+    "ridge x bytes": lambda f, b, peak, bw: f >= peak / bw * b,
+    "ratio of ratios": lambda f, b, peak, bw: (f / b) / (peak / bw) >= 1,
+    "TFLOP per GB": lambda f, b, peak, bw: (f / 1e12) / (b / 1e9) >= (peak / 1e12) / (bw / 1e9),
+    "TFLOP per GB, in FLOP/byte": lambda f, b, peak, bw: (f / 1e12) / (b / 1e9) * 1000 >= peak / bw,
+    "times in TFLOP and GB": lambda f, b, peak, bw: (f / 1e12) / (peak / 1e12) >= (b / 1e9) / (bw / 1e9),
+    "GFLOP per GB": lambda f, b, peak, bw: (f / 1e9) / (b / 1e9) >= (peak / 1e9) / (bw / 1e9),
+    "TFLOP per TB": lambda f, b, peak, bw: (f / 1e12) / (b / 1e12) >= (peak / 1e12) / (bw / 1e12),
+    "bytes in GB only": lambda f, b, peak, bw: f / (b / 1e9) >= peak / (bw / 1e9),
+}
+
+
+def test_the_ridge_tie_is_exact_and_stays_exact_in_every_formulation():
+    model, gpu = get_model("Llama-3.2-1B"), get_gpu("L4-24GB")
+    step = roofline_step("Llama-3.2-1B", "L4-24GB", TIE_AT_THE_RIDGE)
+    flops, moved = step["flops"], step["bytes"]
+    assert Fraction(flops) / Fraction(moved) == Fraction(gpu.bf16_flops) / Fraction(gpu.hbm_bandwidth)
+    assert step["bound"] == "compute"
+    for name, at_or_above in COMPARISONS.items():
+        assert at_or_above(flops, moved, gpu.bf16_flops, gpu.hbm_bandwidth), name
+    # and in the learner's own arithmetic: the formula's floats as a learner computes them
+    new = sum(n for _, n in TIE_AT_THE_RIDGE)
+    assert 2 * model.active_params * new + 4 * model.num_layers * model.num_heads * model.head_dim * sum(
+        n * c + n * (n + 1) // 2 for c, n in TIE_AT_THE_RIDGE) == flops
+
+
+def test_greater_than_instead_of_at_or_above_the_ridge_fails_on_the_tie():
+    source = STEP.replace("BOUND", '"compute" if flops / moved > gpu.bf16_flops / gpu.hbm_bandwidth else "memory"')
+    result, caught = caught_mistake("04_roofline", source, "exactly at the L4's ridge point")
+    assert [c.why for c in result.failures] == [caught[0].why], "\n".join(result.report(10))
+    assert ">=" in caught[0].hint and "exactly on the ridge point" in caught[0].hint, caught[0].hint
+
+
+def test_at_or_above_the_ridge_passes_however_it_is_compared():
+    for comparison in ("flops / moved >= gpu.bf16_flops / gpu.hbm_bandwidth",
+                       "flops / gpu.bf16_flops >= moved / gpu.hbm_bandwidth",
+                       "flops * gpu.hbm_bandwidth >= gpu.bf16_flops * moved"):
+        source = STEP.replace("BOUND", f'"compute" if {comparison} else "memory"')
+        result = verdict("04_roofline", "step_intensity", source)
+        assert result.passed, comparison + "\n" + "\n".join(result.report())
+
+
+def test_a_learner_who_works_in_tflop_and_gb_passes():
+    result = verdict("04_roofline", "step_intensity", """
+        def step_intensity(model_name, gpu_name, requests):
+            model, gpu = get_model(model_name), get_gpu(gpu_name)
+            kv_gb_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * 2 / 1e9
+            tflop = gb = 0.0
+            for cached, new in requests:   # per request, in TFLOP and GB
+                attended = new * cached + new * (new + 1) / 2
+                tflop += (2 * model.active_params * new + 4 * model.num_layers * model.num_heads * model.head_dim * attended) / 1e12
+                gb += kv_gb_per_token * (cached + new) + kv_gb_per_token * new
+            gb += 2 * model.num_params / 1e9
+            intensity = tflop / gb * 1000            # TFLOP/GB -> FLOP/byte
+            ridge = (gpu.bf16_flops / 1e12) / (gpu.hbm_bandwidth / 1e9) * 1000
+            return {"flops": tflop * 1e12, "bytes": gb * 1e9, "intensity": intensity,
+                    "bound": "compute" if intensity >= ridge else "memory"}
+    """)
+    assert result.passed, "\n".join(result.report())
+
+
+def test_the_case_just_below_the_tie_catches_a_ridge_rounded_up():
+    source = STEP.replace("BOUND", '"compute" if flops / moved >= round(gpu.bf16_flops / gpu.hbm_bandwidth, 1) - 0.01 '
+                                   'else "memory"')
+    caught_mistake("04_roofline", source, "just below the ridge point")
+
+
+# Exercise 04, task 1: the hint names the mistake made
+
+PARTS = {"PAIRS": "new * cached + new * (new + 1) // 2",
+         "FLOPS": "2 * model.active_params * new_tokens + 4 * model.num_layers * model.num_heads * model.head_dim * pairs",
+         "KV": "2 * model.num_layers * model.num_kv_heads * model.head_dim * 2",
+         "MOVED": "2 * model.num_params + kv * sum(cached + 2 * new for cached, new in requests)"}
+LEARNER_STEP = """
+    def step_intensity(model_name, gpu_name, requests):
+        model, gpu = get_model(model_name), get_gpu(gpu_name)
+        new_tokens = sum(new for _, new in requests)
+        pairs = sum(PAIRS for cached, new in requests)
+        flops = FLOPS
+        kv = KV
+        moved = MOVED
+        return {"flops": flops, "bytes": moved, "intensity": flops / moved,
+                "bound": "compute" if flops / moved >= gpu.bf16_flops / gpu.hbm_bandwidth else "memory"}
+"""
+
+
+def learner_step(**changed: str) -> str:
+    source = LEARNER_STEP
+    for part, text in {**PARTS, **changed}.items():
+        source = source.replace(part, text)
+    return source
+
+
+HINTED_MISTAKES = [  # (a learner's mistake, words of the hint it must get on every case it fails)
+    ({"FLOPS": "2 * model.active_params * new_tokens"}, "add attention's FLOPs"),
+    ({"FLOPS": PARTS["FLOPS"].replace("active_params", "num_params")}, "ACTIVE parameters"),
+    ({"FLOPS": PARTS["FLOPS"].replace("num_heads", "num_kv_heads")}, "count the query heads, model.num_heads"),
+    ({"FLOPS": PARTS["FLOPS"].replace("2 * model.active_params", "model.active_params")}, "a multiply-add is 2 FLOPs"),
+    ({"FLOPS": PARTS["FLOPS"].replace("+ 4 *", "+ 2 *")}, "two matrix products"),
+    ({"PAIRS": "new * cached"}, "also attend each other and themselves"),
+    ({"PAIRS": "new * (cached + new)"}, "attention is causal"),
+    ({"PAIRS": "new * cached + new * (new - 1) // 2"}, "a token attends itself too"),
+    ({"PAIRS": "(cached + new) * (cached + new + 1) // 2"}, "only the new tokens are computed"),
+    ({"MOVED": PARTS["MOVED"].replace("num_params", "active_params")}, "ALL parameters"),
+    ({"MOVED": "2 * model.num_params"}, "add the KV cache"),
+    ({"KV": PARTS["KV"].replace("num_kv_heads", "num_heads")}, "the KV heads only"),
+    ({"KV": "model.num_layers * model.num_kv_heads * model.head_dim * 2"}, "a key AND a value"),
+    ({"KV": "2 * model.num_layers * model.num_kv_heads * model.head_dim"}, "2 bytes a number (bf16)"),
+    ({"MOVED": PARTS["MOVED"].replace("2 * model.num_params", "model.num_params")}, "the weights are bf16"),
+    ({"MOVED": PARTS["MOVED"].replace("cached + 2 * new", "cached + new")}, "also written once"),
+    ({"MOVED": PARTS["MOVED"].replace("cached + 2 * new", "cached")}, "cached + 2 x new"),
+]
+
+
+@pytest.mark.parametrize("change, words", HINTED_MISTAKES, ids=[words for _, words in HINTED_MISTAKES])
+def test_the_hint_names_the_mistake_made(change, words):
+    """Every failing case names the mistake, unless that case cannot tell it from the one it names (a prefill
+    without cached tokens: attending only cached tokens is attending nothing); the hint never names a
+    mistake that gives another value."""
+    task = Checker("04_roofline").tasks["step_intensity"]
+    result = verdict("04_roofline", "step_intensity", learner_step(**change))
+    assert not result.passed
+    change_of = {hint: change for change, hint in FLOP_MISTAKES + BYTE_MISTAKES}
+    made = next(change for hint, change in change_of.items() if words in hint)
+    assert any(words in judged.hint for judged in result.failures), result.report(3)
+    for case, judged in zip(task.cases(), result.cases):
+        if not judged.passed and words not in judged.hint:
+            model_name, _, requests = case.args
+            assert judged.hint in change_of, (judged.call, judged.hint)
+            assert step_variant(model_name, requests, **change_of[judged.hint]) == step_variant(
+                model_name, requests, **made), (judged.call, judged.hint)
+
+
+def test_a_head_count_error_is_not_told_about_attended_pairs():
+    result = verdict("04_roofline", "step_intensity", learner_step(FLOPS=PARTS["FLOPS"].replace("num_heads", "num_kv_heads")))
+    assert not any("attended pairs" in c.hint for c in result.failures), result.report(5)
+
+
+def test_an_unknown_mistake_gets_the_whole_formula():
+    result = verdict("04_roofline", "step_intensity", learner_step(FLOPS=PARTS["FLOPS"] + " + 12345"))
+    assert all(c.hint.startswith("FLOPs = 2 x active_params") for c in result.failures), result.report(3)
