@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from course_lib.grading.synthetic_cohort import PASSES, draw_plan, write_cohort
+from course_lib.grading.synthetic_cohort import draw_plan, expected_passes, write_cohort
 from course_lib.paths import REPO_ROOT
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -74,7 +74,8 @@ def load() -> list[float]:
 
 
 def verdicts_match(plan: dict, grades_csv: Path) -> list[str]:
-    """Where grades.csv disagrees with the plan: 'learner exercise task N: planted KIND, passed X'."""
+    """Where grades.csv disagrees with the plan (``expected_passes``): 'learner exercise task N: planted
+    KIND, passed X'."""
     import csv
 
     rows: dict[tuple[str, str], list[bool]] = {}
@@ -85,9 +86,9 @@ def verdicts_match(plan: dict, grades_csv: Path) -> list[str]:
     for learner, modules in plan.items():
         for module, kinds in modules.items():
             passed = rows.get((learner, module), [])
-            for task, kind in enumerate(kinds, start=1):
+            for task, (kind, expected) in enumerate(zip(kinds, expected_passes(module, kinds)), start=1):
                 got = passed[task - 1] if task <= len(passed) else None
-                if got is not PASSES[kind]:
+                if got is not expected:
                     wrong.append(f"{learner} {module} task {task}: planted {kind}, passed {got}")
     return wrong
 

@@ -14,8 +14,11 @@ one planted kind drawn from the seed (the same seed always gives the same bytes)
   error     the function raises ``ZeroDivisionError`` on every call      (fails)
   slow      the solution, after a ``time.sleep(SLOW_S)`` in the cell   (passes, SLOW_S later)
 
-``plan`` (written by ``--plan``) gives the kind of every learner x exercise x task, so a test can
-check each verdict, and a caller can build its own variants: ``learner_notebook(module, kinds)``
+A task whose solution calls an earlier task's function (exercise 02's idle slot-steps call
+``static_steps``, exercise 06's ring all-reduce calls ``ring_schedule``) fails too when that one
+does not pass: ``expected_passes(module, kinds)`` gives each task's verdict with that taken into
+account. ``plan`` (written by ``--plan``) gives the kind of every learner x exercise x task, so a
+test can check each verdict, and a caller can build its own variants: ``learner_notebook(module, kinds)``
 makes one notebook from a list of kinds, ``student_sources(module)`` gives the solution's cells.
 """
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -135,6 +139,24 @@ def learner_notebook(module: str, kinds: Sequence[str], *, slow_s: float = SLOW_
         if source is not None:
             cell.source = source
     return book
+
+
+def dependencies(module: str) -> list[set[int]]:
+    """Per task (from 1), the earlier tasks whose functions its solution calls."""
+    functions = [task.function for task in exercise_tasks(module)]
+    sources = student_sources(module)
+    return [{earlier + 1 for earlier in range(number)
+             if re.search(rf"\b{re.escape(functions[earlier])}\s*\(", sources[number])}
+            for number in range(len(functions))]
+
+
+def expected_passes(module: str, kinds: Sequence[str]) -> list[bool]:
+    """Whether each task of a notebook planted with ``kinds`` passes: its kind passes, and so does
+    every earlier task its solution calls."""
+    passes: list[bool] = []
+    for kind, needs in zip(kinds, dependencies(module)):
+        passes.append(PASSES[kind] and all(passes[number - 1] for number in needs))
+    return passes
 
 
 def draw_plan(learners: int, seed: int = 0, modules: Sequence[str] | None = None,

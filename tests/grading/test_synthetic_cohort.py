@@ -10,8 +10,8 @@ import pytest
 from course_lib.exercise_files import course_exercise, exercise_file, exercise_modules
 from course_lib.grading.grade import grade_notebook, prepare_exercise
 from course_lib.grading.sandbox import sandbox_problem
-from course_lib.grading.synthetic_cohort import (KINDS, PASSES, draw_plan, learner_notebook, main, student_cells,
-                                                 student_sources)
+from course_lib.grading.synthetic_cohort import (KINDS, PASSES, dependencies, draw_plan, expected_passes,
+                                                 learner_notebook, main, student_cells, student_sources)
 
 
 def test_the_same_seed_draws_the_same_cohort_and_a_learner_keeps_theirs_as_it_grows():
@@ -53,3 +53,14 @@ def test_each_kind_gets_its_verdict(kind):
     grade = grade_notebook("learner", book, exercise, isolate=sandbox_problem() is None)
     assert grade.status == "graded"
     assert [check.passed for check in grade.checks] == [PASSES[kind]] * len(exercise.tasks), grade.checks
+
+
+def test_a_task_that_calls_an_earlier_ones_function_fails_with_it():
+    assert dependencies("02_batching") == [set(), {1}, set()]  # idle slot-steps call static_steps
+    assert dependencies("06_ring_vs_tree") == [set(), {1}, set()]  # the ring all-reduce follows ring_schedule
+    kinds = ["undone", "correct", "slow"]
+    assert expected_passes("02_batching", kinds) == [False, False, True]
+    exercise = prepare_exercise(course_exercise("02_batching"))
+    grade = grade_notebook("learner", learner_notebook("02_batching", kinds, slow_s=0.5), exercise,
+                           isolate=sandbox_problem() is None)
+    assert [check.passed for check in grade.checks] == [False, False, True]
