@@ -161,10 +161,13 @@ def bound_names(code: str | ast.Module) -> set[str] | None:
 
 
 def _as_python(source: str) -> str:
-    """A cell's source as the Python IPython runs: a ``%%`` cell magic's body (``%%time``,
-    ``%%capture`` run it in the notebook's namespace), line magics and ``!`` commands as calls."""
+    """A cell's source as the Python IPython runs: the body of a ``%%time`` or ``%%capture`` cell
+    (which run it in the notebook's namespace; any other cell magic's body binds nothing here), line
+    magics and ``!`` commands as calls."""
     while source.lstrip().startswith("%%"):
-        source = source.lstrip().partition("\n")[2]
+        magic, _, source = source.lstrip().partition("\n")
+        if magic[2:].split(" ", 1)[0] not in ("time", "capture"):
+            return ""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
     except ImportError:

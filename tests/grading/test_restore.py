@@ -185,3 +185,15 @@ def test_restored_starters_stand_where_their_cells_stood():
     graded = restore_locked_cells(book, pristine)
     assert [cell.get("id") for cell in graded.cells] == [cell.get("id") for cell in pristine.cells]
     assert student_cells(graded)[1].source == student_cells(pristine)[1].source
+
+
+def test_the_names_a_cell_binds_are_read_as_ipython_runs_it():
+    from course_lib.grading.restore import bound_names
+    assert bound_names("%%time\ndef f(x):\n    g = 1\n    return g") == {"f"}  # not g: the function's own
+    assert bound_names("%%capture out\nh = lambda: 1") == {"h"}
+    assert bound_names("%%writefile helper.py\ndef f(): pass") == set()  # written to a file, not defined
+    assert bound_names("import numpy as np, os.path\nfrom math import ceil as c\nfiles = !ls") == {"np", "os", "c",
+                                                                                                  "files"}
+    assert bound_names("for i in range(2):\n    if (k := i):\n        pass\n[j for j in ()]\nclass K:\n    m = 1") == \
+        {"i", "k", "K"}
+    assert bound_names("def broken(:") == set() and bound_names("from helpers import *") is None
