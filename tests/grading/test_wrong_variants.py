@@ -217,7 +217,8 @@ def step_intensity(model_name, gpu_name, requests, *, attention=True, pairs="cau
     kv_tokens = {"read and write": context_tokens + new_tokens, "cached only": sum(c for c, _ in requests)}[kv_traffic]
     moved = weights * (1 if weights_read == "once per step" else len(requests)) + kv_per_token * kv_tokens
     intensity = flops / moved
-    ridge_point = gpu.bf16_flops / gpu.hbm_bandwidth if ridge == "the GPU's" else 989e12 / 3.35e12  # H100's
+    ridge_point = {"the GPU's": gpu.bf16_flops / gpu.hbm_bandwidth, "H100's": 989e12 / 3.35e12,
+                   "rounded": round(gpu.bf16_flops / gpu.hbm_bandwidth)}[ridge]
     above = intensity >= ridge_point if at_ridge == "compute" else intensity > ridge_point
     above = {"by the ridge point": above, "always memory": False, "always compute": True}[bound]
     return {"flops": flops, "bytes": moved, "intensity": intensity, "bound": "compute" if above else "memory"}
@@ -728,8 +729,10 @@ ROOFLINE = [
          V(step_intensity, bound="always compute")),
     Rule("step_intensity", "the ridge point is the GPU's own", "A100, compute-bound",
          V(step_intensity, ridge="H100's")),
-    Rule("step_intensity", "at or above the ridge point: compute", None, V(step_intensity, at_ridge="memory"),
-         gap="issue 30: no case sits exactly on a ridge point"),
+    Rule("step_intensity", "at or above the ridge point: compute", "exactly at the L4's ridge point",
+         V(step_intensity, at_ridge="memory")),
+    Rule("step_intensity", "the ridge point exactly, not rounded", "just below the ridge point",
+         V(step_intensity, ridge="rounded")),
     Rule("verify_greedy", "all drafts match: plus the bonus token", "plus the bonus token",
          V(verify_greedy, bonus=False)),
     Rule("verify_greedy", "no drafts: the target's token alone", "no drafts", V(verify_greedy, bonus=False)),
