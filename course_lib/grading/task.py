@@ -5,9 +5,11 @@ hand-built ones first (each exercises one rule the task states, and says which i
 then seeded random ones. The expected value of every case comes from the reference code in
 ``course_lib``, computed by the grader, never by the learner's process; results are compared
 by value (``values.same_value``), so prints, warnings and the learner's choice of ``float``
-or ``int``, ``dict`` or ``OrderedDict`` never decide a grade. A task whose function draws at
-random (``Rule(significance=...)``) expects a distribution and gets counts of many draws, judged
-by a chi-square test.
+or ``int``, ``dict`` or ``OrderedDict`` never decide a grade. A decision derived from floats is
+judged exactly where its cases are exact in any formulation, else, where the reference's numbers
+tie within the tolerance, by the task's rule on the learner's own numbers (``Task.at_a_tie``).
+A task whose function draws at random (``Rule(significance=...)``) expects a distribution and
+gets counts of many draws, judged by a chi-square test.
 
 What a learner's process sends back per case is plain data: ``{"value": ...}``, or
 ``{"error": "Type: message"}`` when the call raised, or ``{"timeout": true}``.
@@ -60,6 +62,10 @@ class Task:
     describe: Callable[[Case], str] | None = None  # how a case is named in feedback (default: the call itself)
     time_limit_s: float = 60.0             # for all of this task's calls together
     examples: int = 2                      # leading cases the check cell prints as worked examples
+    # (expected, got) -> the value got is judged against, both plain: for a decision derived from floats, where
+    # the reference's numbers tie within the rule's tolerance, the decision the task's rule gives on the
+    # learner's own numbers (a correct formulation may round one ulp the other way); default: expected
+    at_a_tie: Callable[[Any, Any], Any] | None = None
 
     @property
     def heading(self) -> str:
@@ -155,6 +161,8 @@ def judge(task: Task, cases: Sequence[Case], expected: Sequence[Any], outcomes: 
 
 
 def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict:
+    if "value" in outcome:
+        want = _judged_against(task, want, outcome["value"])
     call, expected_text = task.call_text(case), _show_expected(want, task.rule)
     if "value" in outcome:
         got = outcome["value"]
@@ -174,6 +182,16 @@ def error_hint(error: str) -> str:
     """The hint for an error the learner's call raised ("Type: message"): the first of ``ERROR_HINTS``
     whose text it holds, else ""."""
     return next((hint for text, hint in ERROR_HINTS if text in error), "")
+
+
+def _judged_against(task: Task, want: Any, got: Any) -> Any:
+    """The expected value, with a tied decision taken from the learner's own numbers (``Task.at_a_tie``)."""
+    if task.at_a_tie is None:
+        return want
+    try:
+        return task.at_a_tie(want, got)
+    except Exception:  # noqa: BLE001 - whatever the learner returned, judge it against the reference
+        return want
 
 
 def _show_expected(want: Any, rule: Rule) -> str:

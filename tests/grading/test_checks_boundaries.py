@@ -171,3 +171,77 @@ def test_a_head_count_error_is_not_told_about_attended_pairs():
 def test_an_unknown_mistake_gets_the_whole_formula():
     result = verdict("04_roofline", "step_intensity", learner_step(FLOPS=PARTS["FLOPS"] + " + 12345"))
     assert all(c.hint.startswith("FLOPs = 2 x active_params") for c in result.failures), result.report(3)
+
+
+# Exercise 09, tasks 2 and 3: a tie within the times' tolerance is judged on the learner's own times
+
+RELOAD_IN_UNITS = """
+    def reload_or_recompute(model, tokens, tier, flops, include_attention=False):
+        KV_AND_RELOAD
+        tflop = 2 * model.active_params * tokens / 1e12
+        if include_attention:
+            tflop += 4 * model.num_layers * model.num_heads * model.head_dim * tokens * (tokens + 1) / 2 / 1e12
+        recompute_s = tflop / (flops / 1e12)
+        return {"decision": "reload" if reload_s DECIDE recompute_s else "recompute", "reload_s": reload_s,
+                "recompute_s": recompute_s}
+"""
+IN_GB = """kv_gb = tokens * 2 * model.num_layers * model.num_kv_heads * model.head_dim * 2 / 1e9
+        reload_s = kv_gb / (tier.bandwidth / 1e9) + tier.latency_s"""
+PER_TOKEN = """seconds_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * 2 / tier.bandwidth
+        reload_s = tier.latency_s + seconds_per_token * tokens"""
+
+
+@pytest.mark.parametrize("kv", [IN_GB, PER_TOKEN], ids=["in GB and TFLOP", "per token, in TFLOP"])
+def test_reload_or_recompute_in_other_units_passes_the_exact_tie(kv):
+    """In GB and TFLOP the tie is 2.9296875 s against 2.9296874999999996 s: the decision was rejected."""
+    source = RELOAD_IN_UNITS.replace("KV_AND_RELOAD", kv).replace("DECIDE", "<=")
+    result = verdict("09_serving_tradeoffs", "reload_or_recompute", source)
+    assert result.passed, "\n".join(result.report())
+
+
+def test_a_tie_that_goes_to_recompute_still_fails_where_the_learners_own_times_tie():
+    source = """
+        def reload_or_recompute(model, tokens, tier, flops, include_attention=False):
+            reload_s = tokens * 2 * model.num_layers * model.num_kv_heads * model.head_dim * 2 / tier.bandwidth + tier.latency_s
+            work = 2 * model.active_params * tokens
+            if include_attention:
+                work += 4 * model.num_layers * model.num_heads * model.head_dim * tokens * (tokens + 1) / 2
+            recompute_s = work / flops
+            return {"decision": "reload" if reload_s < recompute_s else "recompute", "reload_s": reload_s,
+                    "recompute_s": recompute_s}
+    """
+    result, caught = caught_mistake("09_serving_tradeoffs", source, "an exact tie")
+    assert "a tie goes to reload" in caught[0].hint and "your own two times" in caught[0].hint, caught[0].hint
+    assert "'decision': 'reload'" in caught[0].expected
+
+
+def test_the_fastest_scheme_at_a_tie_is_judged_on_the_learners_own_step_times():
+    """BF16 and W4A16 on the A100's bf16 roof tie: a learner whose W4A16 time comes out an ulp below BF16's
+    (forced here with a factor 1 - 2**-52, as another order of operations may round) rightly picks W4A16 by
+    its own times; one who sends equal times to the later scheme still fails."""
+    schemes = """
+        def best_scheme(model, gpu, batch, context_len=1024):
+            bytes_per_weight = {"BF16": 2, "W4A16": (4 + 16 / 128) / 8, "FP8-W8A8": 1}
+            kv_bytes = 2 * model.num_layers * model.num_kv_heads * model.head_dim * 2 * (context_len + 2) * batch
+            linear = 2 * model.active_params * batch
+            attention = 4 * model.num_layers * model.num_heads * model.head_dim * (context_len + 1) * batch
+            step_s = {}
+            for name, per_weight in bytes_per_weight.items():
+                peak = gpu.fp8_flops if name == "FP8-W8A8" else gpu.bf16_flops
+                if not peak:
+                    step_s[name] = None
+                    continue
+                memory_s = (model.num_params * per_weight + kv_bytes) / (0.8 * gpu.hbm_bandwidth)
+                if name == "W4A16":   # an ulp below BF16's on the same roof
+                    compute_s = (linear + attention) / (0.5 * gpu.bf16_flops) * (1 - 2**-52)
+                else:
+                    compute_s = linear / (0.5 * peak) + attention / (0.5 * gpu.bf16_flops)
+                step_s[name] = max(compute_s, memory_s) + 0.0005
+            best = min((name for name, t in step_s.items() if t is not None), key=step_s.get)
+            return {"best": best, "step_s": step_s}
+    """
+    result = verdict("09_serving_tradeoffs", "best_scheme", schemes)
+    assert result.passed, "\n".join(result.report())
+    later_on_ties = schemes.replace(" * (1 - 2**-52)", "").replace(
+        "key=step_s.get", "key=lambda n: (step_s[n], -list(bytes_per_weight).index(n))")
+    caught_mistake("09_serving_tradeoffs", later_on_ties, "a tie goes to BF16")
