@@ -245,3 +245,63 @@ def test_the_fastest_scheme_at_a_tie_is_judged_on_the_learners_own_step_times():
     later_on_ties = schemes.replace(" * (1 - 2**-52)", "").replace(
         "key=step_s.get", "key=lambda n: (step_s[n], -list(bytes_per_weight).index(n))")
     caught_mistake("09_serving_tradeoffs", later_on_ties, "a tie goes to BF16")
+
+
+# Exercise 03: the last prompt token, the budget and max_num_seqs on their boundaries
+
+def test_a_block_that_ends_just_before_the_last_token_can_hit():
+    caught_mistake("03_scheduler", """
+        def cached_prefix_tokens(block_hashes, cached, num_prompt_tokens, block_size):
+            hits = 0
+            for i, block_hash in enumerate(block_hashes):
+                if (i + 1) * block_size >= num_prompt_tokens - 1 or block_hash not in cached:   # one token early
+                    break
+                hits += 1
+            return hits * block_size
+    """, "13 tokens: the last one alone")
+
+
+PLAN = """
+    def plan_step(running, waiting, budget, max_num_seqs, long_prefill_token_threshold=0):
+        plan, cap = {}, long_prefill_token_threshold or float("inf")
+        for request_id, tokens_left in running:
+            if RUNNING_STOPS:
+                break
+            plan[request_id] = min(tokens_left, cap, budget)
+            budget -= plan[request_id]
+            AFTER_RUNNING
+        seqs = len(running)
+        for request_id, tokens_left in waiting:
+            if WAITING_STOPS:
+                break
+            plan[request_id] = min(tokens_left, cap, budget)
+            budget -= plan[request_id]
+            seqs += 1
+        return plan
+"""
+RIGHT_PLAN = {"RUNNING_STOPS": "budget <= 0", "AFTER_RUNNING": "pass",
+              "WAITING_STOPS": "budget <= 0 or seqs >= max_num_seqs"}
+
+
+def plan_with(**changed: str) -> str:
+    source = PLAN
+    for part, text in {**RIGHT_PLAN, **changed}.items():
+        source = source.replace(part, text)
+    return source
+
+
+def test_the_plan_written_this_way_passes():
+    result = verdict("03_scheduler", "plan_step", plan_with())
+    assert result.passed, "\n".join(result.report())
+
+
+@pytest.mark.parametrize("change, case, hint", [
+    ({"RUNNING_STOPS": "budget <= 0 or len(plan) >= max_num_seqs"}, "none is starved", "got nothing while budget"),
+    ({"AFTER_RUNNING": "if plan[request_id] < tokens_left: break"}, "a capped prefill does not end",
+     "got nothing while budget"),
+    ({"WAITING_STOPS": "budget < 0 or seqs >= max_num_seqs"}, "spent exactly at the end of a prompt", "no entry"),
+    ({"WAITING_STOPS": "budget <= 0 or seqs > max_num_seqs"}, "already fill max_num_seqs", "max_num_seqs"),
+], ids=["running capped by max_num_seqs", "break after a capped prefill", "budget < 0", "seqs > max_num_seqs"])
+def test_each_boundary_of_plan_step_catches_its_off_by_one(change, case, hint):
+    result, caught = caught_mistake("03_scheduler", plan_with(**change), case)
+    assert hint in caught[0].hint, caught[0].hint

@@ -76,7 +76,9 @@ def _lookup_cases() -> list[Case]:
     cases = [Case((hashes, set(hashes), 12, 4), why="every block cached, but the prompt's last token must be computed"),
              Case((longer, {longer[0], longer[2]}, 14, 4), why="a miss at block 1 stops the lookup, though block 2 is cached"),
              Case((longer, {longer[1], longer[2]}, 14, 4), why="a miss at block 0: nothing is served"),
-             Case((longer, set(longer), 14, 4), why="a partial last block: every full block can hit")]
+             Case((longer, set(longer), 14, 4), why="a partial last block: every full block can hit"),
+             Case((longer, set(longer), 13, 4),
+                  why="13 tokens: the last one alone after 3 full blocks, (13 - 1) // 4 = 3, so all 3 can hit")]
     rng = random.Random(4)
     for trial in range(40):
         size = rng.randint(1, 6)
@@ -167,10 +169,24 @@ def _step_cases() -> list[Case]:
             _step_case([("doc", 15000)], [], 512, 8, 0, why="a threshold of 0 means no cap"),
             _step_case([], [("x", 3), ("y", 40), ("z", 2)], 20, 8,
                        why="the budget runs out partway through a prompt"),
+            _step_case([], [("x", 3), ("y", 17), ("z", 2)], 20, 8,
+                       why="the budget is spent exactly at the end of a prompt: nobody after it gets an entry"),
+            _step_case([("doc", 15000), ("chat", 1)], [("new", 300)], 512, 8, 256,
+                       why="a capped prefill does not end the running requests' turn: the decode after it still runs"),
+            _step_case([("a", 1), ("b", 1), ("c", 1)], [("w", 5)], 100, 2,
+                       why="max_num_seqs only stops admissions: 3 running requests all run with max_num_seqs=2, "
+                           "none is starved"),
+            _step_case([("a", 1), ("b", 1)], [("w", 5)], 100, 2,
+                       why="running requests already fill max_num_seqs: budget is left, but no admission"),
             ] + [Case((), random_state(seed)) for seed in range(60)]
 
 
 def _step_hint(case: Case, expected, got) -> str | None:
+    starved = [rid for rid, _ in case.kwargs["running"] if rid in expected and isinstance(got, dict) and rid not in got]
+    if starved:
+        return (f"running request {starved[0]!r} got nothing while budget was left: every running request gets "
+                "tokens, in order, until the budget is spent; max_num_seqs limits only the waiting requests "
+                "admitted, and a capped prefill does not end the running requests' turn")
     if isinstance(got, dict) and any(v == 0 for v in got.values()):
         return "a request that gets no tokens gets no entry: stop once the budget is spent"
     if isinstance(got, dict) and dict(got) == dict(expected):
