@@ -3,6 +3,7 @@
 variant, and a decision derived from floats is never lost to one ulp of a correct formulation
 (issue 30: a tie built exact in any units, or judged by the learner's own numbers, as the task says)."""
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -305,3 +306,62 @@ def test_the_plan_written_this_way_passes():
 def test_each_boundary_of_plan_step_catches_its_off_by_one(change, case, hint):
     result, caught = caught_mistake("03_scheduler", plan_with(**change), case)
     assert hint in caught[0].hint, caught[0].hint
+
+
+# Hints elsewhere that named one mistake for another
+
+def test_kv_bytes_without_dtype_bytes_is_not_told_only_about_keys_and_values():
+    result = verdict("01_paging", "kv_bytes_per_token", """
+        def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
+            return 2 * num_layers * num_kv_heads * head_dim   # dtype_bytes forgotten: right in fp8 only
+    """)
+    assert not result.passed
+    assert all("one of the two factors 2 is missing" in c.hint for c in result.failures), result.report(3)
+
+
+def test_kv_bytes_without_the_value_half_is_told_about_keys_and_values():
+    result = verdict("01_paging", "kv_bytes_per_token", """
+        def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
+            return num_layers * num_kv_heads * head_dim * dtype_bytes
+    """)
+    assert all("a key AND a value" in c.hint for c in result.failures), result.report(3)
+
+
+def test_recompute_with_kv_heads_in_attention_is_told_about_query_heads():
+    result = verdict("09_serving_tradeoffs", "reload_or_recompute", """
+        def reload_or_recompute(model, tokens, tier, flops, include_attention=False):
+            kv_bytes = tokens * 2 * model.num_layers * model.num_kv_heads * model.head_dim * 2
+            reload_s = kv_bytes / tier.bandwidth + tier.latency_s
+            work = 2 * model.active_params * tokens
+            if include_attention:
+                work += 4 * model.num_layers * model.num_kv_heads * model.head_dim * tokens * (tokens + 1) / 2
+            recompute_s = work / flops
+            return {"decision": "reload" if reload_s <= recompute_s else "recompute", "reload_s": reload_s,
+                    "recompute_s": recompute_s}
+    """)
+    assert not result.passed
+    hints = {c.hint for c in result.failures if "recompute_s" in c.expected}
+    assert hints and all("count the query heads, model.num_heads" in hint for hint in hints), hints
+
+
+# Exercise 06, task 3: the ties are exact however the costs are computed
+
+RING_TREE_FORMULATIONS = {
+    "as written": (lambda n, b, a, beta: 2 * (n - 1) * a + 2 * (n - 1) / n * b * beta,
+                   lambda n, b, a, beta: 2 * math.log2(n) * a + 4 * b * beta),
+    "factored": (lambda n, b, a, beta: 2 * (n - 1) * (a + b / n * beta),
+                 lambda n, b, a, beta: 2 * (math.log2(n) * a + 2 * b * beta)),
+    "in microseconds": (lambda n, b, a, beta: 2 * (n - 1) * (a * 1e6) + 2 * (n - 1) / n * b * (beta * 1e6),
+                        lambda n, b, a, beta: 2 * math.log2(n) * (a * 1e6) + 4 * b * (beta * 1e6)),
+    "bandwidth, not beta": (lambda n, b, a, beta: 2 * (n - 1) * a + 2 * (n - 1) * b / (n / beta),
+                            lambda n, b, a, beta: 2 * math.log2(n) * a + 4 * b / (1 / beta)),
+}
+
+
+def test_ring_and_tree_ties_stay_ties_in_every_formulation():
+    task = Checker("06_ring_vs_tree").tasks["faster_algorithm"]
+    ties = [case for case in task.cases() if "tie" in case.why]
+    assert len(ties) == 2
+    for case in ties:
+        for name, (ring, tree) in RING_TREE_FORMULATIONS.items():
+            assert ring(*case.args) == tree(*case.args), (name, case.args)

@@ -27,11 +27,17 @@ def _bytes_cases() -> list[Case]:
 
 
 def _bytes_hint(case: Case, expected, got) -> str | None:
+    num_layers, num_kv_heads, head_dim, dtype_bytes = case.args
+    if got == expected / 2 and dtype_bytes == 2:  # a missing factor 2, K and V or the 2 bytes: the same value
+        return ("that is half: every token stores a key AND a value vector per layer and KV head, each head_dim "
+                "elements of dtype_bytes (here 2) bytes: one of the two factors 2 is missing")
     if got == expected / 2:
         return "that is half: every token stores a key AND a value vector per layer and KV head"
-    if got == expected * case.args[0] or got * case.args[0] == expected:
+    if got == expected * num_layers or got * num_layers == expected:
         return "check the number of layers: every layer stores its own keys and values"
-    return None
+    if got == expected * 8 or got * 8 == expected:
+        return "bytes, not bits: dtype_bytes is already in bytes"
+    return "2 (K and V) x num_layers x num_kv_heads x head_dim x dtype_bytes"
 
 
 def _blocks_cases() -> list[Case]:

@@ -455,6 +455,10 @@ def _kv_hint(case: Case, expected: Any, got: Any) -> str | None:
             return "include_attention=True: add 4 x layers x heads x head_dim x n(n+1)/2 FLOPs (causal QK^T and PV)"
         if not attention and recompute_s > expected["recompute_s"]:
             return "count attention's FLOPs only when include_attention is True"
+        if attention and _close(recompute_s, expected["recompute_s"] - (1 - model.num_kv_heads / model.num_heads)
+                                * pairs_flops * tokens * (tokens + 1) / 2):
+            return ("attention's FLOPs count the query heads, model.num_heads: every query head attends; the KV heads "
+                    "count only in the KV bytes")
         if attention and (_close(recompute_s, linear + pairs_flops * tokens ** 2)
                           or _close(recompute_s, linear + pairs_flops * tokens ** 2 / 2)):
             return "causal attention: token i attends i + 1 tokens, n(n+1)/2 pairs in all"
