@@ -365,3 +365,33 @@ def test_ring_and_tree_ties_stay_ties_in_every_formulation():
     for case in ties:
         for name, (ring, tree) in RING_TREE_FORMULATIONS.items():
             assert ring(*case.args) == tree(*case.args), (name, case.args)
+
+
+# Exercise 01, task 2: whole blocks, from a float utilisation
+
+BLOCK_FORMULATIONS = {
+    "as written": lambda mem, util, w, a, block: (util * mem - w - a) // block,
+    "subtract the sum": lambda mem, util, w, a, block: (util * mem - (w + a)) // block,
+    "divide, then floor": lambda mem, util, w, a, block: math.floor((mem * util - w - a) / block),
+    "in GiB": lambda mem, util, w, a, block: math.floor((util * mem / 2**30 - w / 2**30 - a / 2**30) / (block / 2**30)),
+    "in GB": lambda mem, util, w, a, block: math.floor((util * mem / 1e9 - w / 1e9 - a / 1e9) / (block / 1e9)),
+}
+
+
+def test_whole_blocks_are_the_same_in_every_formulation_and_no_case_is_near_a_whole_number():
+    task = Checker("01_paging").tasks["kv_blocks_available"]
+    for case in task.cases():
+        expected = task.reference(*case.args)
+        mem, util, w, a, block = case.args
+        left = (util * mem - w - a) / block
+        if left > 0 and case.why != "exactly 4 blocks are left":
+            assert min(left % 1, 1 - left % 1) > 0.004, case
+        for name, blocks in BLOCK_FORMULATIONS.items():
+            assert max(0, int(blocks(*case.args))) == expected, (name, case)
+
+
+def test_rounding_to_the_nearest_block_fails_on_one_byte_short():
+    caught_mistake("01_paging", """
+        def kv_blocks_available(gpu_memory_bytes, gpu_memory_utilization, weight_bytes, activation_bytes, block_bytes):
+            return max(0, round((gpu_memory_utilization * gpu_memory_bytes - weight_bytes - activation_bytes) / block_bytes))
+    """, "one byte short")
