@@ -395,3 +395,38 @@ def test_rounding_to_the_nearest_block_fails_on_one_byte_short():
         def kv_blocks_available(gpu_memory_bytes, gpu_memory_utilization, weight_bytes, activation_bytes, block_bytes):
             return max(0, round((gpu_memory_utilization * gpu_memory_bytes - weight_bytes - activation_bytes) / block_bytes))
     """, "one byte short")
+
+
+def test_no_other_roofline_case_comes_within_a_millionth_of_the_ridge():
+    """What the task text promises: only the tie sits on the ridge point; every other decision is clear."""
+    from course_lib.perf.roofline import ridge_point
+    for case in Checker("04_roofline").tasks["step_intensity"].cases():
+        if case.args[2] != TIE_AT_THE_RIDGE:
+            share = roofline_step(*case.args)["intensity"] / ridge_point(get_gpu(case.args[1]))
+            assert abs(share - 1) > 1e-6, case
+
+
+@pytest.mark.parametrize("left, words", [
+    ("gpu_memory_bytes - weight_bytes - activation_bytes", "multiply before subtracting"),
+    ("gpu_memory_utilization * gpu_memory_bytes - activation_bytes", "subtract the weights too"),
+    ("gpu_memory_utilization * gpu_memory_bytes - weight_bytes", "subtract the activation peak too"),
+])
+def test_a_block_budget_missing_one_term_is_told_which(left, words):
+    result = verdict("01_paging", "kv_blocks_available", f"""
+        def kv_blocks_available(gpu_memory_bytes, gpu_memory_utilization, weight_bytes, activation_bytes, block_bytes):
+            return max(0, int(({left}) // block_bytes))
+    """)
+    assert not result.passed and all(words in c.hint for c in result.failures), result.report(3)
+
+
+def test_too_few_cached_tokens_is_told_how_many_blocks_may_hit():
+    result, caught = caught_mistake("03_scheduler", """
+        def cached_prefix_tokens(block_hashes, cached, num_prompt_tokens, block_size):
+            hits = 0
+            for block_hash in block_hashes[:num_prompt_tokens // block_size - 1]:   # one block short at 13 tokens
+                if block_hash not in cached:
+                    break
+                hits += 1
+            return hits * block_size
+    """, "13 tokens: the last one alone")
+    assert "(num_prompt_tokens - 1) // block_size = 3 blocks" in caught[0].hint, caught[0].hint

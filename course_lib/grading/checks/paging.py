@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from course_lib.grading.task import Case, Task
 from course_lib.paging.block_table import parallel_sampling_report
 from course_lib.paging.paged import PagedAllocator
@@ -61,13 +63,21 @@ def _blocks_reference(gpu_memory_bytes, gpu_memory_utilization, weight_bytes, ac
 
 
 def _blocks_hint(case: Case, expected, got) -> str | None:
+    memory, utilization, weights, activations, block = case.args
     if got < 0:
         return "never negative: when nothing is left, return 0"
-    if got == expected + 1:
-        return "one block too many: only whole blocks fit, so round down"
-    if expected == 0 and got > 0:
-        return "subtract the weights and the activation peak from the server's share before counting blocks"
-    return None
+    left = utilization * memory - weights - activations
+    variants = (((math.ceil(left / block), round(left / block)), "only whole blocks fit, so round down"),
+                (((memory - weights - activations) // block,), "the server may use only gpu_memory_utilization x "
+                 "gpu_memory_bytes: multiply before subtracting"),
+                (((utilization * memory - activations) // block,), "subtract the weights too"),
+                (((utilization * memory - weights) // block,), "subtract the activation peak too"),
+                (((utilization * memory) // block,), "subtract the weights and the activation peak from the "
+                 "server's share before counting blocks"))
+    named = [hint for values, hint in variants if any(v != expected and got == max(0, v) for v in values)]
+    if named:  # mistakes that give the same value here are all named
+        return "; or ".join(named)
+    return "whole blocks of gpu_memory_utilization x gpu_memory_bytes - weight_bytes - activation_bytes, at least 0"
 
 
 def _waste_cases() -> list[Case]:

@@ -101,6 +101,9 @@ def _lookup_hint(case: Case, expected, got) -> str | None:
         return "the hits may never cover the prompt's last token: at most (num_prompt_tokens - 1) // block_size blocks"
     if got > expected:
         return "stop at the first miss: a block after a miss cannot be used"
+    if got < expected:
+        return (f"too few: every leading cached block counts, up to (num_prompt_tokens - 1) // block_size = "
+                f"{(num_tokens - 1) // size} blocks (a block that ends before the prompt's last token can hit)")
     return None
 
 
