@@ -13,7 +13,7 @@ from course_lib.grading.checks.roofline import (BYTE_MISTAKES, FLOP_MISTAKES, TI
 from course_lib.grading.selfcheck import Checker
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
-from test_checks import caught_mistake, function_name, verdict
+from test_checks import caught_mistake, verdict
 
 # Exercise 04, task 1: the step exactly on the ridge point
 
@@ -92,9 +92,8 @@ def test_a_learner_who_works_in_tflop_and_gb_passes():
     assert result.passed, "\n".join(result.report())
 
 
-def test_the_case_just_below_the_tie_catches_a_ridge_rounded_up():
-    source = STEP.replace("BOUND", '"compute" if flops / moved >= round(gpu.bf16_flops / gpu.hbm_bandwidth, 1) - 0.01 '
-                                   'else "memory"')
+def test_the_case_just_below_the_tie_catches_a_ridge_cut_to_a_whole_number():
+    source = STEP.replace("BOUND", '"compute" if flops / moved >= int(gpu.bf16_flops / gpu.hbm_bandwidth) else "memory"')
     caught_mistake("04_roofline", source, "just below the ridge point")
 
 
