@@ -157,7 +157,8 @@ def cached_prefix_tokens(block_hashes, cached, num_prompt_tokens, block_size, *,
 
 def plan_step(running, waiting, budget, max_num_seqs, long_prefill_token_threshold=0, *, stop_when_spent=True,
               count_running=True, cap_running=True, zero_threshold="no cap", order="running first",
-              whole_prompts=False, running_that_fit=False, running_order="queue"):
+              whole_prompts=False, running_that_fit=False, running_order="queue", capped_ends_turn=False,
+              running_limit=None, admit_while="fewer than max_num_seqs"):
     plan, seqs = {}, len(running) if count_running else 0
     queue_order = [request_id for request_id, _ in list(running) + list(waiting)]
 
@@ -168,7 +169,8 @@ def plan_step(running, waiting, budget, max_num_seqs, long_prefill_token_thresho
 
     def serve_running():
         nonlocal budget
-        for request_id, tokens_left in (running if running_order == "queue" else sorted(running, key=lambda r: r[1])):
+        queue = running if running_order == "queue" else sorted(running, key=lambda r: r[1])
+        for request_id, tokens_left in (queue[:max_num_seqs] if running_limit == "max_num_seqs" else queue):
             if budget <= 0 and stop_when_spent:
                 break
             if running_that_fit and take(tokens_left, cap_running) < min(
@@ -176,11 +178,14 @@ def plan_step(running, waiting, budget, max_num_seqs, long_prefill_token_thresho
                 continue  # a running request that does not fit whole waits: starved
             plan[request_id] = take(tokens_left, cap_running)
             budget -= plan[request_id]
+            if capped_ends_turn and plan[request_id] < tokens_left:
+                break
 
     def serve_waiting():
         nonlocal budget, seqs
         for request_id, tokens_left in waiting:
-            if (budget <= 0 and stop_when_spent) or seqs >= max_num_seqs:
+            if (budget <= 0 and stop_when_spent) or (seqs >= max_num_seqs if admit_while == "fewer than max_num_seqs"
+                                                     else seqs > max_num_seqs):
                 break
             if whole_prompts and take(tokens_left) < min(tokens_left, long_prefill_token_threshold or tokens_left):
                 continue
@@ -683,12 +688,22 @@ SCHEDULER = [
          V(cached_prefix_tokens, skip_leading_misses=True)),
     Rule("cached_prefix_tokens", "with a partial last block every full block can hit", "a partial last block",
          V(cached_prefix_tokens, usable="all but the last full block")),
+    Rule("cached_prefix_tokens", "(n - 1) // block_size blocks, not n // block_size - 1", "13 tokens",
+         V(cached_prefix_tokens, usable="all but the last full block")),
     Rule("plan_step", "running requests first, then waiting ones", "a decode, a long prefill",
          V(plan_step, order="waiting first")),
     Rule("plan_step", "a request that gets no tokens gets no entry", "nobody else gets an entry",
          V(plan_step, stop_when_spent=False)),
     Rule("plan_step", "max_num_seqs counts the running requests", "max_num_seqs counts the running requests too",
          V(plan_step, count_running=False)),
+    Rule("plan_step", "no admission once the running requests fill max_num_seqs: >=, not >",
+         "running requests already fill max_num_seqs", V(plan_step, admit_while="at most max_num_seqs")),
+    Rule("plan_step", "max_num_seqs only stops admissions, never a running request", "max_num_seqs only stops admissions",
+         V(plan_step, running_limit="max_num_seqs")),
+    Rule("plan_step", "a capped prefill does not end the running requests' turn", "a capped prefill does not end",
+         V(plan_step, capped_ends_turn=True)),
+    Rule("plan_step", "a budget spent exactly at a prompt's end leaves nothing for the next: <= 0",
+         "the budget is spent exactly at the end of a prompt", V(plan_step, stop_when_spent=False)),
     Rule("plan_step", "the threshold caps running requests too", "the threshold caps running requests too",
          V(plan_step, cap_running=False)),
     Rule("plan_step", "a threshold of 0 means no cap", "a threshold of 0 means no cap",
@@ -699,9 +714,9 @@ SCHEDULER = [
          "a threshold of 0 means no cap", V(plan_step, running_that_fit=True)),
     Rule("plan_step", "running requests in queue order: a long one is never starved for later, shorter ones", None,
          V(plan_step, running_order="fewest tokens left first"),
-         gap="issue 30 (exercise 03, task 3): no case has a running request the budget runs out on before a "
-             "shorter running request after it; serving running requests shortest-first (the plan written in "
-             "queue order) starves it and passes"),
+         gap="exercise 03, task 3: no case has the budget run out on a running request before a shorter running "
+             "one after it, so serving running requests shortest first (the plan written in queue order) passes; "
+             "running=[('doc', 600), ('chat', 1)], budget 512, no threshold would catch it: {'doc': 512}"),
 ]
 
 ROOFLINE = [
