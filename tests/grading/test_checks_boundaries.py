@@ -307,6 +307,17 @@ def test_each_boundary_of_plan_step_catches_its_off_by_one(change, case, hint):
     assert hint in caught[0].hint, caught[0].hint
 
 
+def test_serving_running_requests_shortest_first_starves_the_long_one():
+    """The gap issue 30 names: a running request the plan starves. Served shortest first but returned in queue
+    order, it passed every case (no case had the budget run out on a running request before a shorter one)."""
+    source = plan_with().replace("for request_id, tokens_left in running:",
+                                 "for request_id, tokens_left in sorted(running, key=lambda r: r[1]):").replace(
+        "        return plan", "        order = [r for r, _ in running] + [r for r, _ in waiting]\n"
+                              "        return {r: plan[r] for r in order if r in plan}")
+    result, caught = caught_mistake("03_scheduler", source, "serving the shortest first would starve")
+    assert "never starved for shorter ones" in caught[0].hint, caught[0].hint
+
+
 # Hints elsewhere that named one mistake for another
 
 def test_kv_bytes_without_dtype_bytes_is_not_told_only_about_keys_and_values():

@@ -176,6 +176,9 @@ def _step_cases() -> list[Case]:
                        why="the budget is spent exactly at the end of a prompt: nobody after it gets an entry"),
             _step_case([("doc", 15000), ("chat", 1)], [("new", 300)], 512, 8, 256,
                        why="a capped prefill does not end the running requests' turn: the decode after it still runs"),
+            _step_case([("doc", 600), ("chat", 1)], [("new", 5)], 512, 8,
+                       why="queue order: the budget runs out on the long running request, and the decode after it "
+                           "waits; serving the shortest first would starve the long one"),
             _step_case([("a", 1), ("b", 1), ("c", 1)], [("w", 5)], 100, 2,
                        why="max_num_seqs only stops admissions: 3 running requests all run with max_num_seqs=2, "
                            "none is starved"),
@@ -185,7 +188,13 @@ def _step_cases() -> list[Case]:
 
 
 def _step_hint(case: Case, expected, got) -> str | None:
-    starved = [rid for rid, _ in case.kwargs["running"] if rid in expected and isinstance(got, dict) and rid not in got]
+    queue = [rid for rid, _ in case.kwargs["running"]]
+    starved = [rid for rid in queue if rid in expected and isinstance(got, dict) and rid not in got]
+    if isinstance(got, dict) and any(
+            rid in expected and got.get(rid, 0) < expected[rid] and any(r in got and r not in expected for r in later)
+            for rid, later in ((rid, queue[i + 1:]) for i, rid in enumerate(queue))):
+        return ("running requests in queue order: each takes what it can (up to the cap) before the next, so a "
+                "long one is never starved for shorter ones behind it")
     if starved:
         return (f"running request {starved[0]!r} got nothing while budget was left: every running request gets "
                 "tokens, in order, until the budget is spent; max_num_seqs limits only the waiting requests "
