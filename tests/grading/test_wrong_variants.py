@@ -712,11 +712,8 @@ SCHEDULER = [
          V(plan_step, whole_prompts=True)),
     Rule("plan_step", "a running request that does not fit whole gets what the budget has left",
          "a threshold of 0 means no cap", V(plan_step, running_that_fit=True)),
-    Rule("plan_step", "running requests in queue order: a long one is never starved for later, shorter ones", None,
-         V(plan_step, running_order="fewest tokens left first"),
-         gap="exercise 03, task 3: no case has the budget run out on a running request before a shorter running "
-             "one after it, so serving running requests shortest first (the plan written in queue order) passes; "
-             "running=[('doc', 600), ('chat', 1)], budget 512, no threshold would catch it: {'doc': 512}"),
+    Rule("plan_step", "running requests in queue order: a long one is never starved for later, shorter ones",
+         "queue order: the budget runs out on the long running request", V(plan_step, running_order="shortest first")),
 ]
 
 ROOFLINE = [
