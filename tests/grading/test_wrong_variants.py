@@ -267,7 +267,10 @@ def prefill_per_decode(num_seqs, tpot_s, output_len, prefill_requests_per_s, *, 
 # ---------------------------------------------------------------------------------------------
 # 05 · collectives (on ranks)
 
-def all_reduce_via_shards(tensor, *, gather=True, in_place=True, mean=False):
+def all_reduce_via_shards(tensor, *, gather=True, in_place=True, mean=False, plain_all_reduce=False):
+    if plain_all_reduce:
+        dist.all_reduce(tensor)
+        return
     world = dist.get_world_size()
     shard = torch.empty(tensor.numel() // world, dtype=tensor.dtype)
     reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -279,7 +282,10 @@ def all_reduce_via_shards(tensor, *, gather=True, in_place=True, mean=False):
         all_gather(tensor if in_place else torch.empty_like(tensor), shard)
 
 
-def all_reduce_via_root(tensor, *, broadcast_from=0, broadcast=True, in_place=True):
+def all_reduce_via_root(tensor, *, broadcast_from=0, broadcast=True, in_place=True, plain_all_reduce=False):
+    if plain_all_reduce:
+        dist.all_reduce(tensor)
+        return tensor
     target = tensor if in_place else tensor.clone()
     dist.reduce(target, dst=0)
     if broadcast:
@@ -308,7 +314,10 @@ def ring_schedule(rank, world_size, *, steps_per_phase="N-1", phases="scatter-re
     return scatter + gather if phases == "scatter-reduce first" else gather + scatter
 
 
-def my_ring_all_reduce(tensor, *, split="tensor_split", gather=True, gather_adds=False):
+def my_ring_all_reduce(tensor, *, split="tensor_split", gather=True, gather_adds=False, plain_all_reduce=False):
+    if plain_all_reduce:
+        dist.all_reduce(tensor)
+        return
     rank, world = dist.get_rank(), dist.get_world_size()
     chunks = tensor.tensor_split(world) if split == "tensor_split" else tensor.chunk(world)
     right, left = (rank + 1) % world, (rank - 1) % world
@@ -415,6 +424,10 @@ def install_bucketed_reducer(model, buckets, *, async_op=True, launch="when its 
         launched.append((work, flat, buckets[b]))
 
     def ready(index):
+        if launch == "one per parameter":
+            flat = parameters[index].grad.reshape(-1).clone()
+            launched.append((dist.all_reduce(flat, async_op=True), flat, [index]))
+            return
         b = bucket_of[index]
         missing[b] -= 1
         if launch == "when its last gradient arrives" and missing[b] == 0:
@@ -448,13 +461,18 @@ def install_bucketed_reducer(model, buckets, *, async_op=True, launch="when its 
 # ---------------------------------------------------------------------------------------------
 # 08 · fused TP
 
-def tensor_parallel_mlp(x, a, b, *, all_reduce=True, own_shards=True, mean=False, approximate="none", world=None):
+def tensor_parallel_mlp(x, a, b, *, all_reduce=True, own_shards=True, mean=False, approximate="none", world=None,
+                        gather=False):
     rank, ranks = dist.get_rank(), world or dist.get_world_size()
     if not own_shards:
         return F.gelu(x @ a) @ b
     per_rank = a.shape[1] // ranks
     mine = slice(rank * per_rank, (rank + 1) * per_rank)
     partial = F.gelu(x @ a[:, mine], approximate=approximate) @ b[mine, :]
+    if gather:  # every rank's partial output gathered, then summed here: the same sum, another collective
+        pieces = [torch.empty_like(partial) for _ in range(dist.get_world_size())]
+        dist.all_gather(pieces, partial)
+        return sum(pieces)
     if all_reduce:
         dist.all_reduce(partial)
     if mean:
@@ -462,11 +480,15 @@ def tensor_parallel_mlp(x, a, b, *, all_reduce=True, own_shards=True, mean=False
     return partial
 
 
-def my_one_shot_all_reduce(tensor, buffers, *, wait=True, own=True, peers_read=None, returns=True):
+def my_one_shot_all_reduce(tensor, buffers, *, wait=True, own=True, peers_read=None, returns=True,
+                           dist_all_reduce=False):
     flat, views = buffers.begin(tensor)
     buffers.signal()
     if wait:
         buffers.wait()
+    if dist_all_reduce:
+        dist.all_reduce(tensor)
+        return tensor
     rank = dist.get_rank()
     read = [view for r, view in enumerate(views[:peers_read] if peers_read else views) if own or r != rank]
     flat.copy_(read[0])
@@ -784,12 +806,20 @@ COLLECTIVES = [
          V(all_reduce_via_shards, in_place=False)),
     Rule("all_reduce_via_shards", "a sum, not a mean", "three lengths that divide by N",
          V(all_reduce_via_shards, mean=True)),
+    Rule("all_reduce_via_shards", "only a reduce-scatter and an all-gather", None,
+         V(all_reduce_via_shards, plain_all_reduce=True),
+         gap="exercise 05, task 1: the calls a rank makes are not recorded (call 'in_place_on_ranks'), so one "
+             "dist.all_reduce(tensor) passes"),
     Rule("all_reduce_via_root", "broadcast the root's sum", "lengths that need not divide by N",
          V(all_reduce_via_root, broadcast=False)),
     Rule("all_reduce_via_root", "broadcast from the root that holds the sum", "lengths that need not divide by N",
          V(all_reduce_via_root, broadcast_from=1)),
     Rule("all_reduce_via_root", "in place", "lengths that need not divide by N",
          V(all_reduce_via_root, in_place=False)),
+    Rule("all_reduce_via_root", "dist.reduce to rank 0, then dist.broadcast", None,
+         V(all_reduce_via_root, plain_all_reduce=True),
+         gap="exercise 05, task 2: the calls a rank makes are not recorded (call 'in_place_on_ranks'), so one "
+             "dist.all_reduce(tensor) passes"),
     Rule("average_gradients", "a mean: divide the sum", "2 ranks, 4 rows each",
          V(average_gradients, divide_by="nothing")),
     Rule("average_gradients", "divide by the world size", "4 ranks, 4 rows each", V(average_gradients, divide_by="2")),
@@ -814,6 +844,9 @@ RING_VS_TREE = [
          V(my_ring_all_reduce, gather=False)),
     Rule("my_ring_all_reduce", "the all-gather copies, never adds", "chunks of unequal size",
          V(my_ring_all_reduce, gather_adds=True)),
+    Rule("my_ring_all_reduce", "point-to-point calls only", None, V(my_ring_all_reduce, plain_all_reduce=True),
+         gap="exercise 06, task 2: the calls a rank makes are not recorded (call 'in_place_on_ranks'), so one "
+             "dist.all_reduce(tensor) passes"),
     Rule("faster_algorithm", "a tie goes to the ring", "a tie (2 ranks, nothing to send)",
          V(faster_algorithm, tie="tree")),
     Rule("faster_algorithm", "an exact tie goes to the ring", "an exact tie on 4 ranks",
@@ -894,6 +927,8 @@ NCCL_TOPOLOGY = [
          V(install_bucketed_reducer, launch="at its lowest index (reverse order assumed)")),
     Rule("install_bucketed_reducer", "launch with the bucket's last gradient, not its first",
          "one bucket: launched with the last gradient", V(install_bucketed_reducer, launch="with its first gradient")),
+    Rule("install_bucketed_reducer", "one all-reduce per bucket, not per parameter", "3 buckets",
+         V(install_bucketed_reducer, launch="one per parameter")),
     Rule("install_bucketed_reducer", "average: divide by the ranks", "4 ranks, 2 buckets",
          V(install_bucketed_reducer, divide=False)),
 ]
@@ -903,6 +938,7 @@ FUSED_TP = [
     Rule("tensor_parallel_mlp", "use only this rank's shards", "TP=2", V(tensor_parallel_mlp, own_shards=False)),
     Rule("tensor_parallel_mlp", "the sum, not the mean", "TP=2", V(tensor_parallel_mlp, mean=True)),
     Rule("tensor_parallel_mlp", "the exact GeLU", "TP=2", V(tensor_parallel_mlp, approximate="tanh")),
+    Rule("tensor_parallel_mlp", "one all_reduce, no other collective", "TP=2", V(tensor_parallel_mlp, gather=True)),
     Rule("tensor_parallel_mlp", "the shard is hidden / world size", "TP=4", V(tensor_parallel_mlp, world=2)),
     Rule("my_one_shot_all_reduce", "wait after signalling, before reading", "2 ranks, five calls",
          V(my_one_shot_all_reduce, wait=False)),
@@ -910,6 +946,8 @@ FUSED_TP = [
          V(my_one_shot_all_reduce, own=False)),
     Rule("my_one_shot_all_reduce", "return the tensor", "2 ranks, five calls",
          V(my_one_shot_all_reduce, returns=False)),
+    Rule("my_one_shot_all_reduce", "no torch.distributed call: the sum comes from the buffers", "2 ranks, five calls",
+         V(my_one_shot_all_reduce, dist_all_reduce=True)),
     Rule("my_one_shot_all_reduce", "read every peer", "read all 3 peers", V(my_one_shot_all_reduce, peers_read=2)),
     Rule("dispatch_splits", "one split per rank, not per expert", "one pair each way",
          V(dispatch_splits, count="per expert")),
