@@ -1,10 +1,22 @@
 """Exercise 05's tasks, run on real ranks: all-reduce from reduce-scatter + all-gather, from reduce +
-broadcast, and DDP's gradient average. The grader computes the sums and the full-batch gradient itself."""
+broadcast, and DDP's gradient average. The grader computes the sums and the full-batch gradient itself.
+
+Tasks 1 and 2 (and exercise 06's ring) say which calls to make, so the learner's process also reports
+every communication a rank made (``calls._record_every_call``) outside the calls the task allows:
+one ``dist.all_reduce(tensor)`` gives the right sums but breaks the task. The call kinds join
+``calls.CALLS`` when this module is imported, as it is in the learner's process by the set-up cell's
+``Checker``:
+
+  in_place_on_ranks_only_<calls>  args ``(world_size, inputs)`` as ``in_place_on_ranks``; returns per
+                     rank ``{"other calls": the names of the calls made outside ALLOWED[<calls>], sorted,
+                     "tensors": each tensor's contents after the call}``
+"""
 
 from __future__ import annotations
 
 import torch
 
+from course_lib.grading import calls
 from course_lib.grading.calls import ddp_problem
 from course_lib.grading.task import Case, Task
 from course_lib.grading.values import Rule, same_value, to_plain
@@ -61,6 +73,65 @@ def in_place_hint(case: Case, expected, got) -> str | None:
     return where or None
 
 
+# The torch.distributed calls each task allows (as ``calls._record_every_call`` names them), besides
+# barriers and setting up groups.
+ANYWHERE = ("barrier", "monitored_barrier") + calls.SETUP_CALLS
+ALLOWED = {
+    "shards": ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "all_gather",
+               "all_gather_into_tensor", "all_gather_coalesced", "all_gather_into_tensor_coalesced",
+               "functional reduce_scatter_tensor", "functional all_gather_into_tensor"),
+    "root": ("reduce", "broadcast", "functional broadcast"),
+    "point_to_point": ("send", "recv"),
+}
+ALLOWED_TEXT = {"shards": "a reduce-scatter and an all-gather", "root": "dist.reduce and dist.broadcast",
+                "point_to_point": "point-to-point calls (isend, irecv, send, recv)"}
+
+
+def _only_rank(fn, inputs: list, allowed: str) -> dict:
+    """``in_place_on_ranks``' rank, also reporting the calls made outside ``ALLOWED[allowed]``."""
+    made, state = set(), {"on": False}
+
+    def record(name: str, handed: list) -> None:
+        if state["on"] and name not in ALLOWED[allowed] + ANYWHERE:
+            made.add(name)
+
+    calls._record_every_call(record)
+    state["on"] = True
+    try:
+        tensors = calls._in_place_rank(fn, inputs)
+    finally:
+        state["on"] = False
+    return {"other calls": sorted(made), "tensors": tensors}
+
+
+def only_allowed_calls(allowed: str) -> str:
+    """The call kind for a task that allows only ``ALLOWED[allowed]`` (registered here)."""
+    kind = f"in_place_on_ranks_only_{allowed}"
+
+    def call(fn, world_size: int, inputs: list) -> list:
+        from course_lib.collectives.launch import run_on_ranks
+        return run_on_ranks(_only_rank, world_size, fn, inputs, allowed, timeout_s=calls.RANK_TIMEOUT_S,
+                            on_print=lambda rank, line: None)
+
+    calls.CALLS.setdefault(kind, call)
+    return kind
+
+
+def summed_with_allowed_calls(world_size: int, inputs: list) -> list:
+    """On every rank: no call outside the task's, and each tensor summed over the ranks."""
+    return [{"other calls": [], "tensors": sums} for sums in summed_on_every_rank(world_size, inputs)]
+
+
+def only_calls_hint(allowed: str):
+    def hint(case: Case, expected, got) -> str | None:
+        for rank, result in enumerate(got):
+            if result["other calls"]:
+                return (f"rank {rank} called {', '.join(result['other calls'])}: this task makes the sum from "
+                        f"{ALLOWED_TEXT[allowed]} only; make no other torch.distributed call")
+        return in_place_hint(case, [r["tensors"] for r in expected], [r["tensors"] for r in got])
+    return hint
+
+
 def _shard_cases() -> list[Case]:
     return [Case((world_size, rank_inputs(world_size, (4, 8, 24), seed=world_size)), why="three lengths that divide by N")
             for world_size in (2, 4)]
@@ -104,12 +175,12 @@ def _ddp_hint(case: Case, expected, got) -> str | None:
 
 
 TASKS = (
-    Task(1, "AllReduce = ReduceScatter + AllGather", "all_reduce_via_shards", _shard_cases, summed_on_every_rank,
-         rule=FLOAT32, hint=in_place_hint, call="in_place_on_ranks", describe=describe_on_ranks("all_reduce_via_shards"),
-         examples=0),
-    Task(2, "AllReduce = Reduce + Broadcast", "all_reduce_via_root", _root_cases, summed_on_every_rank,
-         rule=FLOAT32, hint=in_place_hint, call="in_place_on_ranks", describe=describe_on_ranks("all_reduce_via_root"),
-         examples=0),
+    Task(1, "AllReduce = ReduceScatter + AllGather", "all_reduce_via_shards", _shard_cases, summed_with_allowed_calls,
+         rule=FLOAT32, hint=only_calls_hint("shards"), call=only_allowed_calls("shards"),
+         describe=describe_on_ranks("all_reduce_via_shards"), examples=0),
+    Task(2, "AllReduce = Reduce + Broadcast", "all_reduce_via_root", _root_cases, summed_with_allowed_calls,
+         rule=FLOAT32, hint=only_calls_hint("root"), call=only_allowed_calls("root"),
+         describe=describe_on_ranks("all_reduce_via_root"), examples=0),
     Task(3, "Data parallel: average the gradients", "average_gradients",
          lambda: [Case((2, 4), why="2 ranks, 4 rows each"), Case((4, 4), why="4 ranks, 4 rows each")],
          full_batch_gradients, rule=FLOAT32, hint=_ddp_hint, call="ddp_gradients",

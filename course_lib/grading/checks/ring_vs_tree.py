@@ -10,7 +10,8 @@ import torch.distributed as dist
 
 from course_lib.collectives.launch import run_on_ranks
 from course_lib.collectives.ring import ring_all_reduce
-from course_lib.grading.checks.collectives import FLOAT32, describe_on_ranks, in_place_hint, rank_inputs, summed_on_every_rank
+from course_lib.grading.checks.collectives import (FLOAT32, describe_on_ranks, only_allowed_calls, only_calls_hint,
+                                                   rank_inputs, summed_with_allowed_calls)
 from course_lib.grading.task import Case, Task
 from course_lib.perf.comm import BINARY_TREE, RING
 
@@ -84,8 +85,8 @@ def _choice_hint(case: Case, expected, got) -> str | None:
 TASKS = (
     Task(1, "Who sends which chunk when", "ring_schedule", _schedule_cases, lambda rank, n: course_schedule(n)[rank],
          hint=_schedule_hint, examples=1),
-    Task(2, "The ring all-reduce on real ranks", "my_ring_all_reduce", _ring_cases, summed_on_every_rank,
-         rule=FLOAT32, hint=in_place_hint, call="in_place_on_ranks", describe=describe_on_ranks("my_ring_all_reduce"),
-         examples=0),
+    Task(2, "The ring all-reduce on real ranks", "my_ring_all_reduce", _ring_cases, summed_with_allowed_calls,
+         rule=FLOAT32, hint=only_calls_hint("point_to_point"), call=only_allowed_calls("point_to_point"),
+         describe=describe_on_ranks("my_ring_all_reduce"), examples=0),
     Task(3, "Ring or tree?", "faster_algorithm", _choice_cases, faster_by_cost_model, hint=_choice_hint, examples=1),
 )
