@@ -24,6 +24,15 @@ follow. Nothing a submission does stops the run; each gets a status:
 The gradebook also gets a similarity report (``similarity.py``): answers identical or nearly so,
 after normalising names, layout and comments, to the course solution or to another learner's.
 
+``--jobs`` and ``--memory-limit-gb`` (the address space of each process of a notebook) default to
+what the machine holds (``capacity.py``): one job per core, and the memory available when the run
+starts, less 2 GiB for the grader and the system, shared by the jobs (each also counting its 1 GiB
+of tmpfs), at most 8 GiB per notebook; a pair that could take more than is available is refused,
+with one that fits. Measured with ``cohort_benchmark.py`` (30 synthetic learners x 9 exercises, 270
+notebooks, on 2 cores and 24 GiB shared with other work; see the README): grading waits more than it
+computes (sandboxes and ranks starting), so wall time falls with ``--jobs`` even past the core
+count, while the process tree stays near 1 GiB of PSS.
+
 Without bubblewrap the run refuses to start, unless ``--no-sandbox`` accepts grading with
 only a process group and limits, which a hostile submission can escape (it warns loudly).
 """
