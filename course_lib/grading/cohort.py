@@ -26,7 +26,7 @@ after normalising names, layout and comments, to the course solution or to anoth
 
 ``--jobs`` and ``--memory-limit-gb`` (the address space of each process of a notebook) default to
 what the machine holds (``capacity.py``): one job per core, and the memory available when the run
-starts, less 2 GiB for the grader and the system, shared by the jobs (each also counting its 1 GiB
+starts, less 1 GiB for the grader and the system, shared by the jobs (each also counting its 1 GiB
 of tmpfs), at most 8 GiB per notebook; a pair that could take more than is available is refused,
 with one that fits. Measured with ``cohort_benchmark.py`` (30 synthetic learners x 9 exercises, 270
 notebooks, on 2 cores and 24 GiB shared with other work; see the README): grading waits more than it
@@ -173,11 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("gradebook"), help="where to write the gradebook")
     parser.add_argument("--exercise", action="append", help="grade only these modules' exercises (e.g. 01_paging)")
     parser.add_argument("--jobs", type=int, help="submissions graded at once, one sandbox each (default: one per "
-                        "core, as many as the available memory holds at 2 GiB each; see capacity.py)")
+                        "core, fewer where the available memory cannot give each 2 GiB; see capacity.py)")
     parser.add_argument("--time-limit", type=float, default=600, help="seconds per notebook (default 600)")
     parser.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell (default 120)")
     parser.add_argument("--memory-limit-gb", type=float,
-                        help="address space per notebook (default: the available memory, less 2 GiB, shared by the "
+                        help="address space per notebook (default: the available memory, less 1 GiB, shared by the "
                              "jobs, at most 8); refused where --jobs of them could take more than is available")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="grade without bubblewrap (unsafe: only for submissions you trust)")

@@ -24,12 +24,12 @@ def test_a_24_gib_two_core_machine_grades_two_at_a_time_with_8_gib_each():
 def test_more_jobs_share_the_memory_instead_of_multiplying_it():
     capacity = choose_capacity(HERE, cpus=2, jobs=4)
     assert capacity.jobs == 4
-    assert capacity.memory_bytes == (HERE - RESERVE_BYTES) // 4 - 2 * SCRATCH_BYTES == 4 * GIB
+    assert capacity.memory_bytes == (HERE - RESERVE_BYTES) // 4 - 2 * SCRATCH_BYTES == 4.25 * GIB
 
 
 def test_the_default_jobs_follow_the_cores_and_stop_where_the_memory_does():
     assert choose_capacity(HERE, cpus=1).jobs == 1
-    assert choose_capacity(16 * GIB, cpus=64).jobs == (16 - 2) // 3  # 3 GiB each: 2 GiB cap + 1 GiB of tmpfs
+    assert choose_capacity(16 * GIB, cpus=64).jobs == (16 - 1) // 3  # 3 GiB each: 2 GiB cap + 1 GiB of tmpfs
     assert choose_capacity(256 * GIB, cpus=8).memory_bytes == MAX_NOTEBOOK_BYTES
 
 
@@ -37,8 +37,8 @@ def test_too_many_jobs_for_the_memory_are_refused_with_the_number_that_fits():
     with pytest.raises(Oversubscribed) as refused:
         choose_capacity(HERE, cpus=2, jobs=8)
     message = str(refused.value)
-    assert "--jobs 8 leaves 1.5 GiB per notebook" in message
-    assert "22 GiB available" in message and "Use --jobs 6 or fewer." in message
+    assert "--jobs 8 leaves 1.6 GiB per notebook" in message
+    assert "22 GiB available" in message and "Use --jobs 7 or fewer." in message
 
 
 def test_jobs_times_an_explicit_memory_limit_above_the_machine_is_refused_with_what_fits():
@@ -46,13 +46,13 @@ def test_jobs_times_an_explicit_memory_limit_above_the_machine_is_refused_with_w
         choose_capacity(HERE, cpus=2, jobs=4, memory_bytes=8 * GIB)
     message = str(refused.value)
     assert "--jobs 4 x --memory-limit-gb 8 could take 36 GiB" in message
-    assert "20 GiB is what the jobs may share" in message
-    assert "Use --jobs 2 or --memory-limit-gb 4 " in message
+    assert "21 GiB is what the jobs may share" in message
+    assert "Use --jobs 2 or --memory-limit-gb 4.2 " in message
 
 
 def test_a_machine_without_room_for_one_notebook_is_refused():
     with pytest.raises(Oversubscribed, match="not enough memory to grade even one notebook"):
-        choose_capacity(4 * GIB, cpus=4)
+        choose_capacity(3 * GIB, cpus=4)
 
 
 def test_an_explicit_small_limit_is_the_instructors_choice():
@@ -115,7 +115,7 @@ def test_grade_cohort_refuses_an_oversubscribing_command_before_grading(machine_
     assert stopped.value.code == 2
     error = capsys.readouterr().err
     assert "course grade-cohort: --jobs 4 x --memory-limit-gb 8 could take 36 GiB" in error
-    assert "Use --jobs 2 or --memory-limit-gb 4 " in error
+    assert "Use --jobs 2 or --memory-limit-gb 4.2 " in error
 
 
 def test_grade_cohort_without_limits_grades_with_the_chosen_ones(machine_of_24_gib, tmp_path, capsys, monkeypatch):
@@ -128,5 +128,5 @@ def test_grade_cohort_without_limits_grades_with_the_chosen_ones(machine_of_24_g
     monkeypatch.setattr(cohort, "grade_cohort", grade_cohort)
     monkeypatch.setattr(cohort, "write_gradebook", lambda *args, **kwargs: [None, None])
     assert cohort.main([str(tmp_path), "--exercise", "01_paging", "--jobs", "4", "--no-sandbox"]) == 0
-    assert used["jobs"] == 4 and used["limits"].memory_bytes == 4 * GIB
-    assert "Grading 4 job(s) at once, 4.0 GiB per notebook (22.0 GiB available" in capsys.readouterr().out
+    assert used["jobs"] == 4 and used["limits"].memory_bytes == 4.25 * GIB
+    assert "Grading 4 job(s) at once, 4.2 GiB per notebook (22.0 GiB available" in capsys.readouterr().out
