@@ -6,6 +6,7 @@ its set-up installs JupyterLab's course defaults (no Jupyter-news toast)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
@@ -107,6 +108,13 @@ async def _type(port: int, terminal: str, command: str, until: str, timeout_s: f
     return seen
 
 
+def _run_in_own_thread(coroutine):
+    """``asyncio.run`` on a thread of its own: a browser test of the same pytest worker may hold
+    Playwright's event loop as this thread's running loop for the rest of the session."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 @needs_set_up
 def test_a_terminal_opens_in_the_working_copy_whose_course_command_works(tmp_path):
     work, home, port = tmp_path / "work", tmp_path / "home", _free_port()
@@ -130,9 +138,9 @@ def test_a_terminal_opens_in_the_working_copy_whose_course_command_works(tmp_pat
         for body, folder in (({}, work), ({"cwd": "exercises"}, work / "exercises")):
             name = _post(base, "/api/terminals", body)["name"]
             # Built from pieces, so the echo of the typed line never matches.
-            out = asyncio.run(_type(port, name, "printf 'C%sD=%s\\n' W \"$PWD\"; "
-                                    f"{'./' if folder == work else '../'}course help | grep -c 'Terminal opens' "
-                                    "&& echo COURSE\"_\"OK", "COURSE_OK"))
+            out = _run_in_own_thread(_type(port, name, "printf 'C%sD=%s\\n' W \"$PWD\"; "
+                                           f"{'./' if folder == work else '../'}course help | grep -c 'Terminal opens' "
+                                           "&& echo COURSE\"_\"OK", "COURSE_OK"))
             assert f"CWD={folder}" in out and "COURSE_OK" in out, out
     finally:
         os.killpg(server.pid, signal.SIGTERM)
