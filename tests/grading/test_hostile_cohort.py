@@ -39,10 +39,10 @@ import pytest
 
 from course_lib.exercise_files import course_exercise, exercise_file, solution_file
 from course_lib.grading.cohort import grade_cohort, grade_submission
-from course_lib.grading.grade import prepare_exercise
+from course_lib.grading.grade import REVEAL, prepare_exercise
 from course_lib.grading.gradebook import write_gradebook
 from course_lib.grading.quizzes import collect_quizzes, load_banks
-from course_lib.grading.sandbox import Limits
+from course_lib.grading.sandbox import Limits, python_paths
 from course_lib.paths import REPO_ROOT
 from needs_sandbox import require_sandbox
 from course_lib.quiz.bank import load_bank
@@ -262,7 +262,7 @@ START, PIDS, TMP = time.time(), 0, set()
 while time.time() < START + @SECONDS@:  # graded two at a time, another learner's run goes on meanwhile
     PIDS = max(PIDS, sum(name.isdigit() for name in os.listdir("/proc")))
     for folder, subfolders, files in os.walk("/tmp"):  # another learner's program folder would show here
-        if folder != "/tmp/work":
+        if folder != "/tmp/work" and not folder.startswith(@SHOWN@):  # (a checkout under /tmp is shown)
             TMP.update(os.path.join(folder, name) for name in subfolders + files)
         else:
             subfolders.clear()
@@ -274,6 +274,7 @@ def kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes):
     return f"pids={PIDS} tmp={sorted(TMP)} window={START:.3f}-{END:.3f}"
 '''
 WATCH_S = 6.0
+SHOWN = tuple(str(path) for path in (*python_paths(), *REVEAL))  # what every sandbox shows, read-only
 
 DIFFERENT = '''# Your code
 import math
@@ -392,7 +393,7 @@ def _hostile_cohort(tmp_path_factory, jobs: int):
         hand_in("f_killer", with_first_cell(KILLER))
         quiz_truth = _write_quiz_files(hand_in("g_quizzer", starter()))
         hand_in("h_snoop", with_first_cell(fill(SNOOP, **values)))
-        hand_in("i_watcher", with_first_cell(WATCHER.replace("@SECONDS@", repr(WATCH_S))))
+        hand_in("i_watcher", with_first_cell(WATCHER.replace("@SECONDS@", repr(WATCH_S)).replace("@SHOWN@", repr(SHOWN))))
         hand_in("y_honest", solved())
         hand_in("y_honest", solved(RING), RING)
         different = starter()
