@@ -46,6 +46,7 @@ import functools
 import inspect
 import io
 import operator
+import re
 import signal
 import threading
 import warnings
@@ -571,7 +572,7 @@ def deadline(seconds: float):
 
 def run_cases(fn: Callable, call: str, cases: list[dict], time_limit_s: float) -> list[dict]:
     """Outcomes of calling ``fn`` on each plain case ``{"args": [...], "kwargs": {...}}``, in order:
-    ``{"value": plain}``, ``{"error": "Type: message"}``, or ``{"timeout": True}`` for the case
+    ``{"value": plain}``, ``{"error": "Type: message"}`` (``_error_outcome``), or ``{"timeout": True}`` for the case
     running when the time ran out and every case after it."""
     outcomes: list[dict] = []
     caller = CALLS[call]
@@ -586,10 +587,30 @@ def run_cases(fn: Callable, call: str, cases: list[dict], time_limit_s: float) -
                     except (OutOfTime, KeyboardInterrupt):  # time is up, or the learner pressed stop
                         raise
                     except BaseException as error:  # noqa: BLE001 - sys.exit() too is the learner's result
-                        outcomes.append({"error": _error_text(error)})
+                        outcomes.append(_error_outcome(error))
     except OutOfTime:
         pass
     return outcomes + [{"timeout": True}] * (len(cases) - len(outcomes))
+
+
+NOT_WRITTEN = "NotImplementedError: Your code here"  # what a starter raises (exercise.py), also from a rank
+
+
+def _error_outcome(error: BaseException) -> dict:
+    """``{"error": "Type: message"}``, with ``"unwritten": name`` when the error is a starter's
+    ``raise NotImplementedError`` in function ``name`` (maybe another task's, which this one calls)."""
+    text = _error_text(error)
+    if NOT_WRITTEN not in text:
+        return {"error": text}
+    if type(error).__name__ == "RankFailure":  # the rank's traceback is in the message: its last frame
+        frames = re.findall(r", in (\w+)\n", str(error).split(NOT_WRITTEN, 1)[0])
+        name = frames[-1] if frames else None
+    else:
+        last = error.__traceback__
+        while last is not None and last.tb_next is not None:
+            last = last.tb_next
+        name = last.tb_frame.f_code.co_name if last is not None else None
+    return {"error": text, "unwritten": name} if name else {"error": text}
 
 
 def _error_text(error: BaseException) -> str:

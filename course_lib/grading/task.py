@@ -20,10 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from course_lib.grading.calls import shortened
+from course_lib.grading.calls import NOT_WRITTEN, shortened
 from course_lib.grading.values import PlainDataError, Rule, from_plain, goodness_of_fit, same_value, show, to_plain
-
-NOT_WRITTEN = "NotImplementedError: Your code here"  # what the starter raises (exercise.py), also from a rank
 
 # What an error the learner's call raised means, in the learner's words: (text the error holds, hint).
 # Beside the starter's own, the messages of torch.distributed's gloo backend (the one every check on
@@ -155,6 +153,11 @@ def judge(task: Task, cases: Sequence[Case], expected: Sequence[Any], outcomes: 
         outcome = outcomes[index] if index < len(outcomes) and isinstance(outcomes[index], dict) else {}
         verdicts.append(_judge_case(task, case, want, outcome))
     if verdicts and all(NOT_WRITTEN in v.got for v in verdicts):
+        others = sorted({name for outcome in outcomes if (name := _unwritten(outcome)) and name != task.function})
+        if others:  # this task's function calls another task's, still the starter
+            return TaskVerdict(task.number, task.title, tuple(verdicts), (
+                f"not done yet: it calls {', '.join(f'`{name}`' for name in others)}, another task's function, "
+                "whose *Your code* cell still raises NotImplementedError: write that one first"))
         return TaskVerdict(task.number, task.title, tuple(verdicts), (
             "not done yet: replace the `raise NotImplementedError(...)` line in its *Your code* cell"))
     return TaskVerdict(task.number, task.title, tuple(verdicts))
@@ -174,8 +177,17 @@ def _judge_case(task: Task, case: Case, want: Any, outcome: dict) -> CaseVerdict
                            "an endless loop? (the time limit covers all of this task's cases)")
     error = outcome.get("error")
     if isinstance(error, str):
-        return CaseVerdict(call, case.why, False, expected_text, f"raised {shortened(error, 900)}", error_hint(error))
+        other = _unwritten(outcome)
+        hint = (f"`{other}`, which this task's function calls, is not written yet (it still raises "
+                "NotImplementedError): write it first" if other and other != task.function else error_hint(error))
+        return CaseVerdict(call, case.why, False, expected_text, f"raised {shortened(error, 900)}", hint)
     return CaseVerdict(call, case.why, False, expected_text, "no result (the run stopped before this case)")
+
+
+def _unwritten(outcome: Any) -> str | None:
+    """The function whose starter raised in this (untrusted) outcome, when it names a plausible one."""
+    name = outcome.get("unwritten") if isinstance(outcome, dict) else None
+    return name if isinstance(name, str) and name.isidentifier() and len(name) <= 80 else None
 
 
 def error_hint(error: str) -> str:
