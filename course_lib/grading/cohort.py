@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sandbox", action="store_true",
                         help="grade without bubblewrap (unsafe: only for submissions you trust)")
     args = parser.parse_args(argv)
+    if not args.submissions.is_dir():
+        parser.error(f"{args.submissions} is not a folder; pass the folder holding one sub-folder per learner "
+                     "(python -m course_lib.grading.collect writes one from the hub's homes)")
     problem = sandbox_problem()
     if problem and not args.no_sandbox:
         parser.exit(2, f"course grade-cohort: cannot sandbox submissions: {problem}\nInstall bubblewrap, or pass "

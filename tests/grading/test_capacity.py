@@ -130,3 +130,13 @@ def test_grade_cohort_without_limits_grades_with_the_chosen_ones(machine_of_24_g
     assert cohort.main([str(tmp_path), "--exercise", "01_paging", "--jobs", "4", "--no-sandbox"]) == 0
     assert used["jobs"] == 4 and used["limits"].memory_bytes == 4.25 * GIB
     assert "Grading 4 job(s) at once, 4.2 GiB per notebook (22.0 GiB available" in capsys.readouterr().out
+
+
+def test_grade_cohort_on_a_missing_folder_says_what_to_pass(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cohort, "prepare_exercise", lambda path: pytest.fail("graded after all"))
+    with pytest.raises(SystemExit) as stopped:
+        cohort.main([str(tmp_path / "submisions"), "--out", str(tmp_path / "gradebook"), "--no-sandbox"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "submisions is not a folder; pass the folder holding one sub-folder per learner" in error
+    assert "Traceback" not in error
