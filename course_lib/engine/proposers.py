@@ -5,8 +5,10 @@ Both run after a step, for each running request that is decoding, and return up 
 step (``rejection_sampler.py``); a proposer never changes what is emitted, only how fast.
 
 * ``NgramProposer``: no model. Take the request's last ``n`` tokens, ``n`` from
-  ``prompt_lookup_max`` down to ``prompt_lookup_min``; find their latest earlier occurrence in
-  the request (prompt and output); propose the tokens that followed it. No match, no drafts.
+  ``prompt_lookup_max`` down to ``prompt_lookup_min``; find their earliest occurrence in the
+  request (prompt and output) that ends before the last token; propose the tokens that followed
+  it. The longest n-gram that occurs wins, then the earliest occurrence, as in vLLM's
+  ``NgramProposer``. No match, no drafts.
   Its drafts are a point mass (``probs`` None): the rejection sampler uses ``q(x) = 1``.
 * ``DraftModelProposer``: a small model with the target's vocabulary, run for k steps. It keeps
   its **own** KV cache, one row of ``max_model_len + k`` positions per running request (at
@@ -38,8 +40,9 @@ class Draft:
 
 
 def ngram_lookup(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]:
-    """Up to ``k`` tokens that followed the latest earlier occurrence of the last ``n`` tokens,
-    trying ``n = max_n .. min_n``; ``[]`` when no suffix occurs earlier."""
+    """Up to ``k`` tokens that followed the earliest occurrence of the last ``n`` tokens (one that
+    ends before the last token), trying ``n = max_n .. min_n``; ``[]`` when no suffix occurs
+    earlier. vLLM's choice: the longest n-gram, and the earliest of its occurrences."""
     length = len(tokens)
     if k < 1 or length < 2:
         return []
@@ -48,7 +51,7 @@ def ngram_lookup(tokens: list[int], k: int, min_n: int, max_n: int) -> list[int]
         windows = np.lib.stride_tricks.sliding_window_view(array[:length - 1], n)  # starts 0 .. length-1-n
         hits = np.flatnonzero((windows == array[length - n:]).all(axis=1))
         if len(hits):
-            start = int(hits[-1]) + n
+            start = int(hits[0]) + n
             return tokens[start:start + k]
     return []
 

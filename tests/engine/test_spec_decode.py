@@ -25,16 +25,55 @@ def self_draft(model, k):
     return {"method": "draft_model", "model": model, "num_speculative_tokens": k}
 
 
-def test_ngram_lookup_proposes_what_followed_the_latest_earlier_match():
+def test_ngram_lookup_proposes_what_followed_the_earliest_match_of_the_longest_ngram():
+    """vLLM's choice: the longest n-gram (max_n down to min_n), and among its earlier
+    occurrences the earliest (vLLM's KMP on the reversed sequence keeps the last hit it sees)."""
     tokens = [1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3]
-    assert ngram_lookup(tokens, 2, 1, 4) == [7, 8]  # "1 2 3" last seen before "7 8"
-    assert ngram_lookup(tokens, 5, 1, 4) == [7, 8, 1, 2, 3]
+    assert ngram_lookup(tokens, 2, 1, 4) == [9, 1]  # "1 2 3" first seen before "9 1"
+    assert ngram_lookup(tokens, 5, 1, 4) == [9, 1, 2, 3, 7]
     assert ngram_lookup([5, 6, 7, 5, 6], 3, 1, 3) == [7, 5, 6]
     assert ngram_lookup([4, 5, 6, 7], 3, 1, 4) == []  # no suffix occurs earlier
     assert ngram_lookup([4, 5, 9, 5], 3, 2, 4) == []  # only a 1-gram matches, below prompt_lookup_min
     assert ngram_lookup([4, 5, 9, 5], 3, 1, 4) == [9, 5]  # the continuation may be shorter than k
-    assert ngram_lookup([1, 2, 8, 1, 2, 9, 2], 1, 1, 4) == [9]  # longest n first: "2" then latest "2"
+    assert ngram_lookup([1, 2, 8, 1, 2, 9, 2], 1, 1, 4) == [8]  # "9 2" never occurred; then the earliest "2"
     assert ngram_lookup([3], 2, 1, 4) == []
+
+
+def test_ngram_lookup_takes_the_earliest_occurrence_as_vllm_does():
+    assert ngram_lookup([1, 2, 3, 1, 2, 4, 1, 2], 3, 1, 3) == [3, 1, 2]  # not the latest "1 2": [4, 1, 2]
+    assert ngram_lookup([1, 2, 3, 1, 2, 4, 1, 2], 3, 2, 2) == [3, 1, 2]
+    # a longer n-gram wins over an earlier shorter one: "7 2" at 2, although "2" occurs at 0
+    assert ngram_lookup([2, 9, 7, 2, 5, 7, 2], 2, 1, 4) == [5, 7]
+    assert ngram_lookup([5, 5, 5, 5], 2, 1, 4) == [5]  # "5 5 5" at 0 overlaps the suffix; what follows: one 5
+
+
+def _vllm_style_lookup(tokens, k, min_n, max_n):
+    """An independent oracle in vLLM's manner (vLLM runs KMP; this scans directly): over the
+    reversed sequence, for every earlier end position, the longest match (capped at max_n) of a
+    prefix of the reversed text, i.e. of a suffix of the original; ties keep the position seen
+    last, which is the earliest in the original."""
+    rev = tokens[::-1]
+    best, best_end = 0, -1
+    for i in range(1, len(rev)):  # rev[i] is original position len-1-i: every candidate ends before the last token
+        length = 0
+        while length < max_n and i + length < len(rev) and rev[length] == rev[i + length]:
+            length += 1
+        if length >= best and length > 0:
+            best, best_end = length, i
+    if best < min_n:
+        return []
+    start = len(tokens) - best_end  # original index just after the occurrence
+    return tokens[start:start + k]
+
+
+def test_ngram_lookup_equals_a_vllm_style_oracle_on_random_sequences():
+    import random
+    rng = random.Random(0)
+    for _ in range(2000):
+        tokens = [rng.randrange(3) for _ in range(rng.randrange(1, 14))]
+        k, min_n = rng.randrange(1, 5), rng.randrange(1, 4)
+        max_n = rng.randrange(min_n, 5)
+        assert ngram_lookup(tokens, k, min_n, max_n) == _vllm_style_lookup(tokens, k, min_n, max_n), (tokens, k, min_n, max_n)
 
 
 def test_a_decoding_request_with_k_drafts_costs_one_plus_k_tokens(tiny_model):
