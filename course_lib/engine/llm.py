@@ -372,7 +372,7 @@ class LLM:
 
     def get_metrics(self) -> list[Metric]:
         """The engine's counters and gauges under vLLM's metric names (``LLM.get_metrics``)."""
-        return engine_metrics(self.scheduler, self.kv_cache_manager)
+        return engine_metrics(self.scheduler, self.kv_cache_manager, getattr(self.speculative_config, "num_speculative_tokens", 0))
 
     def _completion(self, index: int, request: Request) -> CompletionOutput:
         """One finished request as vLLM reports it: the text stops before a stop string or stop token."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from course_lib.engine.config import SchedulerConfig
 from course_lib.engine.kv_cache_manager import KVCacheManager
+from course_lib.engine.metrics import SpecDecodeStats
 from course_lib.engine.request import Request, RequestStatus
 from course_lib.engine.request_queue import waiting_queue
 
@@ -64,6 +65,7 @@ class Scheduler:
         self.free_cpu_blocks: deque[int] = deque(range(num_cpu_blocks))
         self.swapped: dict[str, list[int]] = {}  # request id -> CPU blocks holding its KV
         self.total_preemptions = 0
+        self.spec_decode_totals: SpecDecodeStats | None = None  # every request's, counted per step
 
     def draft_room(self, request: Request) -> int:
         """How many drafts one step can verify for ``request``: its room to emit tokens minus the one
@@ -204,6 +206,9 @@ class Scheduler:
                     break
             if request.spec_stats is not None and decoding:
                 request.spec_stats.record(num_drafts, len(new) - 1, emitted)
+                if self.spec_decode_totals is None:
+                    self.spec_decode_totals = SpecDecodeStats(request.spec_stats.num_speculative_tokens)
+                self.spec_decode_totals.record(num_drafts, len(new) - 1, emitted)
             if done:
                 self.kv.free(request)
                 self.running.remove(request)
