@@ -11,6 +11,11 @@ stops on any of the model's EOS ids (``config.eos_token_ids``). ``reset_prefix_c
 prefix cache between runs, and ``get_metrics()`` reports vLLM's counters and gauges
 (``engine_metrics.py``).
 
+Bad input is refused before anything is queued (``ValueError`` naming the field): prompt ids and
+``stop_token_ids`` outside the vocabulary, a request id already in flight. A step that fails aborts
+its requests (blocks freed) and raises; ``generate`` left by an exception (Ctrl-C, ``on_step``)
+aborts what it queued; ``abort_request(ids)`` is vLLM's, for ``add_request``/``step`` users.
+
 With ``speculative_config`` (vLLM's keys), a proposer drafts up to k tokens for every decoding
 request after each step; the next step verifies them in the same target pass as everything
 else. ``spec_decode_stats`` sums the acceptance counts of all finished requests; each
@@ -46,6 +51,7 @@ import copy
 import itertools
 import time
 from dataclasses import replace
+from numbers import Integral
 from typing import Callable
 
 import torch
@@ -202,6 +208,7 @@ class LLM:
         self.step_trace: list[StepRecord] = []
         self._generators: dict[str, torch.Generator] = {}
         self._ids = itertools.count()
+        self._siblings: dict[str, list[str]] = {}  # the ids of a request's n > 1 samples, while in flight
 
     def _default_num_blocks(self, device: str, utilization: float, block_size: int, max_num_seqs: int,
                             max_model_len: int, kv_itemsize: int | None = None) -> int:
@@ -250,6 +257,11 @@ class LLM:
         ids = list(prompt) if isinstance(prompt, (list, tuple)) else self.tokenizer.encode(prompt)
         if not ids:
             raise ValueError("A prompt needs at least one token.")
+        vocab = self.model.config.vocab_size
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"Prompt token ids must be integers in the model's vocabulary [0, {vocab}), got "
+                             f"{bad[:5]}{' ...' if len(bad) > 5 else ''}.")
         if len(ids) > self.scheduler_config.max_model_len:
             raise ValueError(
                 f"The prompt has {len(ids)} tokens, more than max_model_len={self.scheduler_config.max_model_len}; "
@@ -262,6 +274,10 @@ class LLM:
         if priority != 0 and self.scheduler_config.policy != "priority":
             raise ValueError(f"Got priority {priority}, but priority scheduling is off: create the LLM with "
                              'scheduling_policy="priority".')
+        vocab = self.model.config.vocab_size
+        outside = [t for t in params.stop_token_ids if t >= vocab]
+        if outside:
+            raise ValueError(f"stop_token_ids must be in the model's vocabulary [0, {vocab}), got {outside}.")
         wanted = self.model.config.vocab_size if params.logprobs == -1 else params.logprobs
         if wanted is not None and wanted > self.max_logprobs:
             raise ValueError(f"Requested sample logprobs of {wanted}, which is greater than max allowed: "
@@ -276,10 +292,15 @@ class LLM:
         self._check_open()
         self._check_request(params, priority)
         prompt_ids = self._encode(prompt)
-        base = request_id or str(next(self._ids))
-        ids = []
-        for i in range(params.n):
-            child_id = base if params.n == 1 else f"{base}.{i}"
+        base = request_id or self._next_id(params.n)
+        ids = [base] if params.n == 1 else [f"{base}.{i}" for i in range(params.n)]
+        for child_id in ids:  # vLLM V1 refuses an id already in flight
+            if child_id in self.scheduler.requests:
+                raise ValueError(f"The request id {child_id!r} is already in flight; use another, or abort it "
+                                 "first (abort_request).")
+        if params.n > 1:
+            self._siblings[base] = ids
+        for i, child_id in enumerate(ids):
             child = replace(params, n=1, seed=None if params.seed is None else params.seed + i)
             if child.seed is not None:
                 self._generators[child_id] = torch.Generator().manual_seed(child.seed)
@@ -289,14 +310,55 @@ class LLM:
                 self.tokenizer.decode if child.stop else None,
                 spec_stats=SpecDecodeStats(self.speculative_config.num_speculative_tokens)
                 if self.speculative_config else None))
-            ids.append(child_id)
         return ids
+
+    def _next_id(self, n: int = 1) -> str:
+        """The next number not in flight (as a request id, or as the prefix of its n samples' ids)."""
+        while True:
+            base = str(next(self._ids))
+            if not any(i in self.scheduler.requests for i in ([base] if n == 1 else [f"{base}.{k}" for k in range(n)])):
+                return base
+
+    def abort_request(self, request_ids: str | list[str]) -> None:
+        """Stop requests (waiting, running or preempted) and free their blocks, as vLLM's
+        ``LLMEngine.abort_request``: a request id of ``n`` samples aborts them all; ids not in
+        flight (finished, or never added) are ignored."""
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        self._abort([child for rid in ids for child in self._siblings.pop(rid, [rid])])
+
+    def _abort(self, request_ids) -> None:
+        scheduler = self.scheduler
+        for request_id in request_ids:
+            request = scheduler.requests.pop(request_id, None)
+            if request is None:
+                continue
+            if request in scheduler.running:
+                scheduler.running.remove(request)
+            elif request in scheduler.waiting:
+                scheduler.waiting.remove(request)
+            self.kv_cache_manager.free(request)  # blocks no forward pass has written leave the prefix cache
+            scheduler.free_cpu_blocks.extend(scheduler.swapped.pop(request_id, []))
+            self._generators.pop(request_id, None)
+            request.spec_token_ids, request.spec_probs = [], None
 
     # --- the engine loop ---------------------------------------------------------------
     def step(self) -> list[Request]:
-        """Schedule and run one step; return the requests that finished in it."""
+        """Schedule and run one step; return the requests that finished in it. If the step fails,
+        its requests (those scheduled or preempted in it) are aborted, their blocks freed, and the
+        error raised: the next step serves the others."""
+        running = list(self.scheduler.running)
+        plan = None
+        try:
+            plan = self.scheduler.schedule()
+            return self._step(plan)
+        except BaseException:
+            failed = ([*running, *self.scheduler.running] if plan is None
+                      else [*plan.num_scheduled_tokens, *plan.preempted])
+            self._abort([r if isinstance(r, str) else r.request_id for r in failed])
+            raise
+
+    def _step(self, plan) -> list[Request]:
         started = time.perf_counter()
-        plan = self.scheduler.schedule()
         sampled, logprobs, model_time = {}, {}, 0.0
         if plan.num_scheduled_tokens:
             tables = {rid: self.kv_cache_manager.block_ids(rid) for rid in plan.num_scheduled_tokens}
@@ -320,6 +382,9 @@ class LLM:
             wall_time_s=time.perf_counter() - started, model_time_s=model_time))
         for request in finished:
             self._generators.pop(request.request_id, None)
+            parent = request.request_id.rpartition(".")[0]
+            if parent in self._siblings and not any(i in self.scheduler.requests for i in self._siblings[parent]):
+                del self._siblings[parent]
             if request.spec_stats is not None:
                 self.spec_decode_stats.merge(request.spec_stats)
         return finished
@@ -338,15 +403,21 @@ class LLM:
         for one, rank in zip(params, priorities):
             self._check_request(one or SamplingParams(), rank)
         groups = []
-        for prompt, prompt_ids, one, rank in zip(prompts, encoded, params, priorities):
-            request_id = str(next(self._ids))
-            groups.append((request_id, prompt, self.add_request(prompt_ids, one, cache_salt, request_id, rank)))
-        done: dict[str, Request] = {}
-        while self.scheduler.has_unfinished_requests():
-            for request in self.step():
-                done[request.request_id] = request
-            if on_step is not None:
-                on_step(len(self.step_trace))
+        try:  # an exception out of here (Ctrl-C, on_step's) aborts what this call queued
+            for prompt, prompt_ids, one, rank in zip(prompts, encoded, params, priorities):
+                request_id = self._next_id((one or SamplingParams()).n)
+                groups.append((request_id, prompt, self.add_request(prompt_ids, one, cache_salt, request_id, rank)))
+            done: dict[str, Request] = {}
+            while self.scheduler.has_unfinished_requests():
+                for request in self.step():
+                    done[request.request_id] = request
+                if on_step is not None:
+                    on_step(len(self.step_trace))
+        except BaseException:
+            self.abort_request([request_id for request_id, _, _ in groups])
+            raise
+        for request_id, _, _ in groups:
+            self._siblings.pop(request_id, None)
         return [self._output(request_id, prompt, [done[i] for i in ids]) for request_id, prompt, ids in groups]
 
     def _check_open(self) -> None:

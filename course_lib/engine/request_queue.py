@@ -35,6 +35,9 @@ class FCFSQueue:
     def pop(self) -> Request:
         return self._queue.popleft()
 
+    def remove(self, request: Request) -> None:
+        self._queue.remove(request)
+
     def __len__(self) -> int:
         return len(self._queue)
 
@@ -57,6 +60,10 @@ class PriorityQueue:
 
     def pop(self) -> Request:
         return heapq.heappop(self._heap)[-1]
+
+    def remove(self, request: Request) -> None:
+        self._heap = [entry for entry in self._heap if entry[-1] is not request]
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)

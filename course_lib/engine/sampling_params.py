@@ -3,7 +3,22 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Integral, Real
+
+
+def _check_int(name: str, value, allowed: str, *, optional: bool = False) -> None:
+    """An integer field gets an integer (not a bool, not 2.5): else a ValueError naming it and its range."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"{name} must be an integer ({allowed}), got {value!r}.")
+
+
+def _check_finite(name: str, value, allowed: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number ({allowed}), got {value!r}.")
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,15 @@ class SamplingParams:
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        # Types first, so that nan, inf and 2.5 meet a clear message here rather than an error inside a step.
+        _check_int("n", self.n, "at least 1")
+        _check_finite("temperature", self.temperature, "0 for greedy, or more")
+        _check_finite("top_p", self.top_p, "in (0, 1]")
+        _check_int("top_k", self.top_k, "0 or -1 to disable, or at least 1")
+        _check_int("max_tokens", self.max_tokens, "at least 1")
+        _check_int("min_tokens", self.min_tokens, "0 or more")
+        _check_int("logprobs", self.logprobs, "0 or more, or -1 for the whole vocabulary", optional=True)
+        _check_int("seed", self.seed, "any integer", optional=True)
         if self.n < 1:
             raise ValueError(f"n must be at least 1, got {self.n}.")
         if self.temperature < 0:
@@ -61,7 +85,7 @@ class SamplingParams:
             raise ValueError(f"logprobs must be non-negative or -1, got {self.logprobs}.")
         if any(not s for s in self.stop):
             raise ValueError("stop cannot contain an empty string.")
-        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+        if any(isinstance(t, bool) or not isinstance(t, Integral) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must be non-negative token ids, got {list(self.stop_token_ids)}.")
 
     @property
