@@ -340,6 +340,8 @@ class LLM:
             scheduler.free_cpu_blocks.extend(scheduler.swapped.pop(request_id, []))
             self._generators.pop(request_id, None)
             request.spec_token_ids, request.spec_probs = [], None
+        if self.proposer is not None:  # a draft model's rows of aborted requests, before an id can be reused
+            self.proposer.release({r.request_id for r in scheduler.running})
 
     # --- the engine loop ---------------------------------------------------------------
     def step(self) -> list[Request]:

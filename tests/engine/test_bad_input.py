@@ -160,10 +160,13 @@ def test_abort_request_frees_running_waiting_and_sibling_requests(tiny_model, ex
     dict(num_gpu_blocks=24, preemption_mode="swap"),  # 96 tokens of KV for 3 growing requests: swaps
     dict(num_gpu_blocks=24, preemption_mode="recompute", kv_offload_blocks=16),
     dict(speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}),
+    "draft_model",
 ])
 def test_interrupting_generate_at_every_step_leaves_a_correct_engine(tiny_model, options):
     """Ctrl-C at each step in turn, under preemption by swap, the offload tier and speculation:
     every time the pool ends full and the next call equals a fresh engine's output."""
+    if options == "draft_model":  # the model drafts for itself: its KV rows must follow every abort
+        options = dict(speculative_config={"method": "draft_model", "model": tiny_model, "num_speculative_tokens": 2})
     params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
     prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [10, 11, 12, 10, 11], [20, 21, 22, 23, 24, 25, 26]]
     want = token_ids(engine(tiny_model, **options).generate(prompts, params))
@@ -185,3 +188,19 @@ def test_interrupting_generate_at_every_step_leaves_a_correct_engine(tiny_model,
         assert got == want and pool.num_free_blocks == pool.num_blocks
         break
     assert step > 10 and (options.get("preemption_mode") != "swap" or llm.scheduler.total_preemptions)
+
+
+def test_abort_gives_back_the_draft_models_rows_before_the_id_can_be_reused(tiny_model):
+    spec = {"method": "draft_model", "model": tiny_model, "num_speculative_tokens": 2}
+    llm = engine(tiny_model, speculative_config=spec)
+    llm.add_request(PROMPTS[0], GREEDY, request_id="x")
+    llm.step()
+    llm.step()
+    assert "x" in llm.proposer.rows
+    llm.abort_request(["x"])
+    assert "x" not in llm.proposer.rows and not llm.scheduler.requests
+    llm.add_request(PROMPTS[2], GREEDY, request_id="x")
+    finished = []
+    while llm.scheduler.has_unfinished_requests():
+        finished += llm.step()
+    assert [r.output_token_ids for r in finished] == [token_ids(engine(tiny_model).generate([PROMPTS[2]], GREEDY))[0]]
