@@ -204,3 +204,32 @@ def test_abort_gives_back_the_draft_models_rows_before_the_id_can_be_reused(tiny
     while llm.scheduler.has_unfinished_requests():
         finished += llm.step()
     assert [r.output_token_ids for r in finished] == [token_ids(engine(tiny_model).generate([PROMPTS[2]], GREEDY))[0]]
+
+
+def test_at_tensor_parallel_size_two_bad_input_and_an_interrupt_cost_the_ranks_nothing():
+    """The shipped 258-token model over two gloo ranks: every bad request is refused before a rank
+    sees it, an interrupt between steps aborts the call's requests, and the same workers then
+    serve exactly what one rank serves."""
+    prompts, params = ["The for statement", "Lists are mutable"], SamplingParams(temperature=0, max_tokens=8)
+    want = token_ids(LLM("tiny-llama", max_num_seqs=4).generate(prompts, params))
+    with LLM("tiny-llama", tensor_parallel_size=2, max_num_seqs=4) as llm:
+        processes = llm.runner.pool._ranks.processes
+        with pytest.raises(ValueError, match=r"(?i)prompt.*\[0, 258\)"):
+            llm.generate([[256, 1000]], params)
+        with pytest.raises(ValueError, match="stop_token_ids"):
+            llm.generate(prompts, SamplingParams(min_tokens=2, stop_token_ids=[300]))
+        llm.add_request(prompts[0], params, request_id="0")
+        with pytest.raises(ValueError, match="request id '0'"):
+            llm.add_request(prompts[1], params, request_id="0")
+        llm.abort_request("0")
+
+        def on_step(step):
+            if step == 2:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            llm.generate(prompts, params, on_step=on_step)
+        pool = llm.kv_cache_manager.block_pool
+        assert pool.num_free_blocks == pool.num_blocks and llm.reset_prefix_cache()
+        assert token_ids(llm.generate(prompts, params)) == want
+        assert all(process.is_alive() for process in processes)
