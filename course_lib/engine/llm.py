@@ -89,6 +89,22 @@ def _one_per_prompt(value, count: int, name: str) -> list:
     return list(value)
 
 
+def _prompt_of(prompt):
+    """A prompt in any form vLLM's ``generate`` takes, as text or token ids: a string, a list of ids,
+    ``{"prompt": text}`` (vLLM's TextPrompt) or ``{"prompt_token_ids": [...]}`` (its TokensPrompt)."""
+    if not isinstance(prompt, dict):
+        return prompt
+    unsupported = sorted(set(prompt) - {"prompt", "prompt_token_ids"})
+    if unsupported:
+        raise ValueError(f"This engine takes a prompt dict with 'prompt' or 'prompt_token_ids' only; "
+                         f"{', '.join(map(repr, unsupported))} is not supported.")
+    if "prompt_token_ids" in prompt:
+        return list(prompt["prompt_token_ids"])
+    if "prompt" in prompt:
+        return prompt["prompt"]
+    raise ValueError("A prompt dict needs 'prompt' (text) or 'prompt_token_ids' (a list of token ids).")
+
+
 def _check_tensor_parallel_devices(model: LlamaForCausalLM, device: str, tensor_parallel_size: int) -> None:
     """Forked ranks need the model on the CPU, and, for CUDA, a GPU each and CUDA untouched here."""
     if next(model.parameters()).device.type != "cpu":
@@ -391,13 +407,15 @@ class LLM:
                 self.spec_decode_stats.merge(request.spec_stats)
         return finished
 
-    def generate(self, prompts: str | list[str] | list[list[int]],
+    def generate(self, prompts: str | dict | list[str] | list[list[int]] | list[dict],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  cache_salt: str | None = None, on_step: Callable[[int], None] | None = None,
                  priority: list[int] | None = None) -> list[RequestOutput]:
-        """Generate for every prompt (outputs in the given order). ``sampling_params`` is one for all
+        """Generate for every prompt (outputs in the given order); a prompt is text, token ids, or vLLM's
+        ``{"prompt": text}`` / ``{"prompt_token_ids": ids}``. ``sampling_params`` is one for all
         prompts or a list with one per prompt, as is ``priority``; ``on_step(step)`` reports progress."""
-        prompts = [prompts] if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)) else prompts
+        single = isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int))
+        prompts = [_prompt_of(prompt) for prompt in ([prompts] if single else prompts)]
         self._check_open()
         params = _one_per_prompt(sampling_params, len(prompts), "sampling_params")
         priorities = _one_per_prompt(priority if priority is not None else 0, len(prompts), "priority")
