@@ -61,7 +61,7 @@ import nbformat
 
 from course_lib.exercise_files import solution_file
 from course_lib.grading.gradebook import _cell, _write_atomically
-from course_lib.grading.restore import ADDED_TAG, restore_locked_cells
+from course_lib.grading.restore import ADDED_TAG, bound_names, restore_locked_cells
 from course_lib.paths import REPO_ROOT
 
 K = 5                    # tokens per fingerprint
@@ -231,11 +231,6 @@ def _is(cell, tag: str) -> bool:
     return tag in cell.metadata.get("tags", [])
 
 
-def _defines(source: str) -> set[str]:
-    """Names of the functions ``source`` defines at its top level (read as text, never run)."""
-    return set(re.findall(r"^(?:async\s+)?def\s+([^\W\d]\w*)", source, re.MULTILINE))
-
-
 def task_sources(book: nbformat.NotebookNode, pristine: nbformat.NotebookNode,
                  functions: Sequence[str]) -> list[str]:
     """The learner's code for each task, in task order: the task's *Your code* cell as the grader
@@ -251,7 +246,7 @@ def task_sources(book: nbformat.NotebookNode, pristine: nbformat.NotebookNode,
             current = ids.index(cell.get("id"))
             parts[current].append(cell.source)
         elif _is(cell, ADDED_TAG):
-            defined = _defines(cell.source)
+            defined = bound_names(cell.source) or set()  # parsed, never run; a star import names none
             owner = next((i for i, name in enumerate(functions[:len(ids)]) if name in defined), current)
             parts[owner].append(cell.source)
     return ["\n\n".join(part) for part in parts]
