@@ -581,11 +581,16 @@ def test_sandbox_problem_when_bwrap_is_missing(monkeypatch, tmp_path, work):
         run_isolated([sys.executable, "-c", "pass"], work, QUICK, env={})
 
 
-def test_sandbox_problem_when_bwrap_cannot_make_namespaces(monkeypatch, tmp_path):
-    fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+def _bwrap_that_fails_with(message: str, monkeypatch, folder: Path) -> None:
+    """A ``bwrap`` first on PATH that prints ``message`` and exits 1, as a machine's real one may."""
+    fake = folder / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PATH", str(folder))
+
+
+def test_sandbox_problem_when_bwrap_cannot_make_namespaces(monkeypatch, tmp_path):
+    _bwrap_that_fails_with("bwrap: No permissions to create new namespace", monkeypatch, tmp_path)
     problem = sandbox_problem()
     assert "No permissions to create new namespace" in problem
     assert "user namespaces" in problem and "apparmor_restrict_unprivileged_userns" in problem
@@ -593,10 +598,7 @@ def test_sandbox_problem_when_bwrap_cannot_make_namespaces(monkeypatch, tmp_path
 
 
 def test_sandbox_problem_when_the_grading_user_cannot_run_this_python(monkeypatch, tmp_path):
-    fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: execvp /root/.venv/bin/python: Permission denied' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    _bwrap_that_fails_with("bwrap: execvp /root/.venv/bin/python: Permission denied", monkeypatch, tmp_path)
     problem = sandbox_problem()
     assert "cannot run this Python" in problem and sys.base_prefix in problem and "user namespaces" not in problem
 
