@@ -83,11 +83,12 @@ _log = logging.getLogger(__name__)
 
 class RankFailure(RuntimeError):
     """A rank raised an exception or died; the message holds its traceback or exit code, ``cause``
-    the one line that explains it best."""
+    the one line that explains it best. ``ranks_in_step``: every rank answered (a result or an
+    exception) after the same number of collective calls, so none is left waiting inside one."""
 
-    def __init__(self, message: str, cause: str = "") -> None:
+    def __init__(self, message: str, cause: str = "", ranks_in_step: bool = False) -> None:
         super().__init__(message)
-        self.cause = cause
+        self.cause, self.ranks_in_step = cause, ranks_in_step
 
 
 class CollectiveTimeout(TimeoutError):
@@ -299,6 +300,7 @@ class RankProcesses:
         self.log_dir = tempfile.mkdtemp(prefix=self.log_prefix)
         self.native = _NativeOutput([os.path.join(self.log_dir, f"rank{rank}.log") for rank in range(self.world_size)])
         self.processes: list = []
+        self._outcomes: _Outcomes | None = None  # what an interrupted collect had heard so far
 
     def launch(self, target: Callable, args_of_rank: Callable[[int], tuple]) -> list:
         """Start ``target(rank, plan, *args_of_rank(rank))`` on every rank; return their first results
@@ -330,8 +332,19 @@ class RankProcesses:
                 attempt += 1
 
     def collect(self, timeout_s: float) -> list:
-        """Every rank's next result, in rank order (``RankFailure`` / ``CollectiveTimeout`` otherwise)."""
-        return _collect(self.processes, self.messages, timeout_s, self.on_print, self.native)
+        """Every rank's next result, in rank order (``RankFailure`` / ``CollectiveTimeout`` otherwise).
+
+        A collect left by an exception of the caller's own (Ctrl-C) keeps what it had read: the
+        next collect goes on with the same call, so no reply is lost or read as a later call's."""
+        if self._outcomes is None:
+            self._outcomes = _Outcomes(self.world_size)
+        try:
+            results = _collect(self.processes, self.messages, timeout_s, self.on_print, self.native, self._outcomes)
+        except (RankFailure, CollectiveTimeout):
+            self._outcomes = None
+            raise
+        self._outcomes = None
+        return results
 
     def _end_processes(self, grace_s: float) -> None:
         grace_until = time.monotonic() + grace_s
@@ -431,10 +444,13 @@ class _Outcomes:
     def settled(self) -> bool:
         return all(self.reported(rank) or rank in self.exits for rank in range(self.world_size))
 
+    def in_step(self) -> bool:
+        """Every rank answered and all made the same number of collective calls: none waits in one."""
+        return all(self.reported(rank) for rank in range(self.world_size)) and len(set(self.calls.values())) == 1
 
-def _collect(processes, messages, timeout_s: float, on_print, native: _NativeOutput) -> list:
+
+def _collect(processes, messages, timeout_s: float, on_print, native: _NativeOutput, outcomes: _Outcomes) -> list:
     world_size = len(processes)
-    outcomes = _Outcomes(world_size)
     deadline = time.monotonic() + timeout_s
     failed_at = None
     while True:
@@ -450,7 +466,8 @@ def _collect(processes, messages, timeout_s: float, on_print, native: _NativeOut
         if failed_at is not None and (outcomes.settled() or now > failed_at + FAILURE_GRACE_S):
             _drain(messages, outcomes, on_print)
             native.poll(on_print, force=True)
-            raise RankFailure(_failure_message(outcomes, native.tails), _cause(outcomes, native.tails))
+            raise RankFailure(_failure_message(outcomes, native.tails), _cause(outcomes, native.tails),
+                              outcomes.in_step())
         # checked on every pass: a chatty rank must not keep the deadline from being noticed
         if failed_at is None and now > deadline:
             native.poll(on_print, force=True)

@@ -10,9 +10,17 @@ start-up code as ``run_on_ranks``, ``RankProcesses.launch``: one process group j
 file, a barrier before ``setup``, a retry should joining lose a connection, traced collectives,
 output passed on), then every ``call`` sends one command to every rank and waits for all their results.
 
-The launcher's guarantees hold per call: when a call passes ``timeout_s``, or a rank raises or
-dies, every rank is stopped and ``CollectiveTimeout`` / ``RankFailure`` says which rank was where.
-A stopped pool refuses further calls (its ranks' state is gone): make a new one.
+The launcher's guarantees hold per call, and a failure stops the ranks only when they are out of
+step. An exception that leaves every rank answering, after the same collective calls (a bad
+argument every rank refuses, an error after the last collective), is raised as ``RankFailure``
+and the same ranks take the next call. A rank that dies, a rank left waiting inside a collective
+for a peer that raised, or a call past ``timeout_s`` stops every rank (``RankFailure`` /
+``CollectiveTimeout`` says which rank was where); a stopped pool refuses further calls (its ranks'
+state is gone): make a new one.
+
+A call left by the caller's own exception (Ctrl-C while waiting) is not lost: the ranks finish it,
+and the next call first reads its replies (bounded by the timeout) and drops them, so no rank is
+left inside a collective and no reply is taken for a later call's.
 
 Commands travel by pickle, so ``fn`` must be a module-level function; the set-up function and its
 arguments are inherited when ranks start by ``fork`` (Linux), so a model object passes for free.
@@ -31,7 +39,8 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-from course_lib.collectives.launch import RankPlan, RankProcesses, default_backend, join_process_group, report_result
+from course_lib.collectives.launch import (CollectiveTimeout, RankFailure, RankPlan, RankProcesses, default_backend,
+                                          join_process_group, report_result)
 
 _STOP = b""  # the command that ends a rank's loop
 PARENT_CHECK_S = 1.0  # how often a rank checks that the process that started it is still alive
@@ -100,10 +109,14 @@ class RankPool:
         self._ranks = RankProcesses(world_size, setup, on_print, "rank_pool_", self.backend, timeout_s)
         self._commands = [self._ranks.context.Queue() for _ in range(world_size)]
         self._closed_because: str | None = None
+        self._unanswered: str | None = None  # the call a caller's exception left before its replies were read
         self._finalizer = weakref.finalize(self, _shut_down, self._ranks, self._commands, 0.5)
         commands, parent = self._commands, os.getpid()
-        self._stopping_on_failure("starting the ranks", lambda: self._ranks.launch(
-            _pool_rank_main, lambda rank: (setup, args, kwargs, commands[rank], parent)))
+        try:
+            self._ranks.launch(_pool_rank_main, lambda rank: (setup, args, kwargs, commands[rank], parent))
+        except BaseException as error:
+            self._stop_after(error, "starting the ranks")
+            raise
         # every rank has opened its log: the files live on in the open descriptors, and nothing is left
         # behind however this process ends (a kernel restart skips the finalizer)
         shutil.rmtree(self._ranks.log_dir, ignore_errors=True)
@@ -112,13 +125,10 @@ class RankPool:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
-    def _stopping_on_failure(self, what: str, action: Callable[[], list]) -> list:
-        try:
-            return action()
-        except BaseException as error:  # a failed or timed-out call leaves the ranks out of step: stop them all
-            self._closed_because = f"{type(error).__name__} while {what}"
-            self._finalizer()
-            raise
+    def _stop_after(self, error: BaseException, what: str) -> None:
+        cause = getattr(error, "cause", "")
+        self._closed_because = f"{type(error).__name__} while {what}" + (f" ({cause})" if cause else "")
+        self._finalizer()
 
     @property
     def closed_because(self) -> str:
@@ -131,15 +141,36 @@ class RankPool:
         if self.closed:
             raise RuntimeError(f"This pool's ranks were stopped {self.closed_because}; start a new one.")
         payload = pickle.dumps((fn, args, kwargs))
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        if self._unanswered is not None:
+            try:
+                self._collect(f"finishing {self._unanswered}, a call interrupted earlier", limit)
+            except RankFailure as failure:
+                if not failure.ranks_in_step:
+                    raise
+                # the ranks are in step again; the interrupted call's own error had no caller left to tell
+        name = getattr(fn, "__name__", repr(fn))
         try:
             for queue in self._commands:
                 queue.put(payload)
         except BaseException as error:  # some ranks got the command, some did not: they are out of step
-            self._closed_because = f"{type(error).__name__} while sending {getattr(fn, '__name__', fn)}"
-            self._finalizer()
+            self._stop_after(error, f"sending {name}")
             raise
-        limit = self.timeout_s if timeout_s is None else timeout_s
-        return self._stopping_on_failure(f"running {getattr(fn, '__name__', fn)}", lambda: self._ranks.collect(limit))
+        self._unanswered = name
+        return self._collect(f"running {name}", limit)
+
+    def _collect(self, what: str, limit: float) -> list:
+        """The replies to the call sent last. The ranks' failures end it (the pool stops unless they
+        are in step); the caller's own exception (Ctrl-C) leaves it unanswered, to be read next call."""
+        try:
+            results = self._ranks.collect(limit)
+        except (RankFailure, CollectiveTimeout) as error:
+            self._unanswered = None
+            if not (isinstance(error, RankFailure) and error.ranks_in_step):
+                self._stop_after(error, what)
+            raise
+        self._unanswered = None
+        return results
 
     def close(self) -> None:
         """Stop the ranks (idempotent)."""

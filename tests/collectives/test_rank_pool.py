@@ -1,6 +1,9 @@
 """The persistent rank pool: state kept between calls, the launcher's timeout and failure reports."""
 
+import _thread
 import os
+import threading
+import time
 
 import pytest
 import torch
@@ -134,3 +137,85 @@ def _running(process_id: int) -> bool:
             return stat.read().split()[2] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def every_rank_refuses(state: dict, x: float) -> None:
+    raise ValueError(f"x={x} is not allowed here")
+
+
+def rank_one_raises_after_the_all_reduce(state: dict) -> None:
+    dist.all_reduce(torch.ones(1))
+    if state["rank"] == 1:
+        raise ValueError("rank 1 failed after the all_reduce")
+
+
+@pytest.mark.parametrize("fails", [every_rank_refuses, rank_one_raises_after_the_all_reduce])
+def test_an_exception_every_rank_got_past_is_raised_and_the_same_ranks_serve_on(fails):
+    with RankPool(2, make_counter, 0.0, timeout_s=20) as pool:
+        pids = pool.call(pid)
+        args = (1.0,) if fails is every_rank_refuses else ()
+        with pytest.raises(RankFailure, match="not allowed here|failed after the all_reduce") as raised:
+            pool.call(fails, *args)
+        assert raised.value.ranks_in_step and not pool.closed
+        assert pool.call(add_and_sum, 1.0) == [3.0, 3.0] and pool.call(pid) == pids
+
+
+def test_a_rank_left_inside_a_collective_by_a_peer_that_raised_stops_the_pool_naming_why():
+    pool = RankPool(2, make_counter, 0.0, timeout_s=20)
+    with pytest.raises(RankFailure, match=r"rank 0: still running.*inside all_reduce") as raised:
+        pool.call(rank_one_raises)
+    assert not raised.value.ranks_in_step and pool.closed
+    with pytest.raises(RuntimeError, match="after a RankFailure while running rank_one_raises "
+                                           r"\(ValueError: rank 1 cannot do this\)"):
+        pool.call(pid)
+
+
+def slow_on_rank_one(state: dict, value: str, seconds: float) -> str:
+    """Rank 0 answers at once; rank 1 after ``seconds``, then both meet in an all_reduce next call."""
+    if state["rank"] == 1:
+        time.sleep(seconds)
+    return value
+
+
+def echo_after_all_reduce(state: dict, value: str) -> str:
+    dist.all_reduce(torch.ones(1))
+    return value
+
+
+def interrupt_main_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, _thread.interrupt_main)
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_while_waiting_leaves_no_reply_for_the_next_call():
+    """Rank 0's reply was read before the interrupt, rank 1's comes after it: the next call gets
+    its own replies, not the interrupted call's, and neither rank is left inside a collective."""
+    with RankPool(2, make_counter, 0.0, timeout_s=20) as pool:
+        interrupt_main_after(0.5)
+        with pytest.raises(KeyboardInterrupt):
+            pool.call(slow_on_rank_one, "old", 1.5)
+        assert not pool.closed
+        started = time.monotonic()
+        assert pool.call(echo_after_all_reduce, "new") == ["new", "new"]
+        assert time.monotonic() - started < 10  # not a timeout: rank 0's early reply was kept
+        assert pool.call(add_and_sum, 1.0) == [3.0, 3.0]
+
+
+def test_ctrl_c_right_after_sending_and_again_while_finishing_it(monkeypatch):
+    with RankPool(2, make_counter, 0.0, timeout_s=20) as pool:
+        real_collect, calls = pool._ranks.collect, []
+
+        def interrupted_twice(timeout_s):
+            calls.append(timeout_s)
+            if len(calls) <= 2:  # the call itself, then the next call's reading of its replies
+                raise KeyboardInterrupt
+            return real_collect(timeout_s)
+
+        monkeypatch.setattr(pool._ranks, "collect", interrupted_twice)
+        with pytest.raises(KeyboardInterrupt):
+            pool.call(slow_on_rank_one, "old", 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            pool.call(echo_after_all_reduce, "never sent")
+        assert pool.call(echo_after_all_reduce, "new") == ["new", "new"]
+        assert pool.call(add_and_sum, 1.0) == [3.0, 3.0]
