@@ -48,6 +48,7 @@ them is reloaded instead of recomputed. ``kv_cache_manager.prefix_cache_stats`` 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import time
 from dataclasses import replace
@@ -58,22 +59,27 @@ import torch
 
 from course_lib.engine.backend import check_triton_possible, resolve_attention_backend
 from course_lib.engine.config import CacheConfig, SchedulerConfig, SpeculativeConfig
+from course_lib.engine.kv_budget import KVCacheBytes, blocks_for_budget, token_bytes
 from course_lib.engine.kv_cache_manager import KVCacheManager
 from course_lib.engine.engine_metrics import Metric, engine_metrics
 from course_lib.engine.metrics import SpecDecodeStats, StepRecord
 from course_lib.engine.model_runner import ATTENTION_BACKENDS, ModelRunner, prepare
 from course_lib.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from course_lib.engine.progress import ProgressBar
 from course_lib.engine.proposers import DraftModelProposer, NgramProposer
 from course_lib.engine.request import Request, RequestStatus
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.scheduler import Scheduler
 from course_lib.engine.tensor_parallel_runner import TensorParallelRunner
+from course_lib.engine.vllm_arguments import (BEAM_SEARCH_REFUSAL, CHAT_TEMPLATE_MISSING, check_arguments,
+                                              check_quantization, resolve_dtype)
+from course_lib.kv_cache.fp8 import FP8_DTYPE, kv_cache_torch_dtype
+from course_lib.models.corpus import corpus
 from course_lib.models.llama import LlamaForCausalLM
 from course_lib.models.loader import load_model
 from course_lib.models.tensor_parallel_llama import check_tensor_parallel_size
 from course_lib.models.tokenizer import ByteTokenizer
-from course_lib.perf.kv import kv_bytes_per_token
-from course_lib.quant.kv_fp8 import FP8_DTYPE, calibrate_kv_scales, kv_cache_torch_dtype, set_kv_scales_
+from course_lib.quant.kv_fp8 import calibrate_kv_scales, set_kv_scales_
 from course_lib.quant.linear import quantize_model_
 
 QUANTIZATION_OPTIONS = {"int4": {"group_size": 128, "pad_k": True}}  # per scheme: quantize_model_'s options
@@ -137,7 +143,7 @@ class LLM:
         scheduling_policy: str = "continuous",
         num_cpu_blocks: int | None = None,
         device: str | None = None,
-        dtype: torch.dtype | None = None,
+        dtype: str | torch.dtype = "auto",
         attention_backend: str | None = None,
         speculative_config: dict | SpeculativeConfig | None = None,
         tensor_parallel_size: int = 1,
@@ -146,9 +152,13 @@ class LLM:
         kv_cache_dtype: str = "auto",
         kv_offload_blocks: int | None = None,
         max_logprobs: int = 20,
+        seed: int = 0,
+        **vllm_arguments,
     ) -> None:
+        check_arguments("LLM", vllm_arguments)  # vLLM's names this engine lacks, refused by name
+        check_quantization(quantization)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        dtype = resolve_dtype(dtype, device)
         self.tensor_parallel_size = tensor_parallel_size
         if tensor_parallel_size != 1 and speculative_config is not None:
             raise ValueError("This engine runs speculative decoding with tensor_parallel_size=1 only; drop "
@@ -172,7 +182,7 @@ class LLM:
         self.kv_cache_dtype = kv_cache_dtype
         kv_dtype = kv_cache_torch_dtype(kv_cache_dtype, next(model.parameters()).dtype)  # "auto": the model's own
         if fp8_cache:  # on this engine's own copy: a caller's model (perhaps serving another engine) is untouched
-            set_kv_scales_(model, calibrate_kv_scales(model))
+            set_kv_scales_(model, calibrate_kv_scales(model, corpus()[0]))
         self.kv_scales = [layer.self_attn.kv_scales for layer in model.model.layers] if fp8_cache else None
         if tensor_parallel_size != 1:
             check_tensor_parallel_size(model.config, tensor_parallel_size)
@@ -182,10 +192,14 @@ class LLM:
         max_model_len = max_model_len or limit
         if max_model_len > limit:
             raise ValueError(f"max_model_len={max_model_len} exceeds the model's {limit} positions; lower it.")
+        self.speculative_config = None if speculative_config is None else SpeculativeConfig.from_dict(speculative_config)
+        draft = self._load_draft(self.speculative_config, dtype, device)  # its weights are in place before sizing
+        per_token = (token_bytes(model.config, kv_dtype),  # the draft's KV shares the pool, in the draft's dtype
+                     0 if draft is None else token_bytes(draft.config, next(draft.parameters()).dtype))
         if num_gpu_blocks is None:
             num_gpu_blocks = self._default_num_blocks(load_device, gpu_memory_utilization, block_size,
-                                                      max_num_seqs, max_model_len,
-                                                      kv_dtype.itemsize)
+                                                      max_num_seqs, max_model_len, *per_token)
+        self.kv_cache_bytes = KVCacheBytes(num_gpu_blocks, block_size, *per_token)
         if num_gpu_blocks * block_size < max_model_len:
             raise ValueError(
                 f"A KV cache of {num_gpu_blocks} blocks x {block_size} tokens cannot hold one request of "
@@ -216,35 +230,36 @@ class LLM:
                                                backend="nccl" if device.startswith("cuda") else "gloo",
                                                timeout_s=distributed_timeout_s, num_offload_blocks=kv_offload_blocks)
             self.attention_backend = self.runner.attention_backend
-        self.speculative_config = None if speculative_config is None else SpeculativeConfig.from_dict(speculative_config)
-        self.proposer = self._make_proposer(self.speculative_config, dtype, device)
+        self.proposer = self._make_proposer(self.speculative_config, draft, num_gpu_blocks)
         self.spec_decode_stats = (SpecDecodeStats(self.speculative_config.num_speculative_tokens)
                                   if self.speculative_config else None)
         self.max_logprobs = model.config.vocab_size if max_logprobs == -1 else max_logprobs
         self.step_trace: list[StepRecord] = []
-        self._generators: dict[str, torch.Generator] = {}
+        if isinstance(seed, bool) or not isinstance(seed, Integral):
+            raise ValueError(f"seed must be an integer (vLLM V1's default is 0), got {seed!r}.")
+        # Requests without a seed of their own draw from this one stream (vLLM V1 seeds each worker with
+        # LLM(seed=...), default 0): two LLMs built with the same seed sample the same, given the same calls.
+        self._engine_generator = torch.Generator().manual_seed(seed)
+        self._generators: dict[str, torch.Generator] = {}  # per request id: its own, or the engine's
         self._ids = itertools.count()
         self._siblings: dict[str, list[str]] = {}  # the ids of a request's n > 1 samples, while in flight
 
     def _default_num_blocks(self, device: str, utilization: float, block_size: int, max_num_seqs: int,
-                            max_model_len: int, kv_itemsize: int | None = None) -> int:
-        """On CUDA, what ``gpu_memory_utilization`` leaves after the weights (less a 10% activation
-        reserve), in blocks of ``kv_itemsize``-byte elements (default the model's: 1 for an fp8 cache);
-        on the CPU, and with tensor parallelism, enough for ``max_num_seqs`` full-length requests."""
+                            max_model_len: int, target_token_bytes: int, draft_token_bytes: int) -> int:
+        """On CUDA, what ``gpu_memory_utilization`` leaves after the weights (the target's and a draft
+        model's; less a 10% activation reserve), in blocks that hold both models' KV (``kv_budget.py``);
+        on the CPU, and with tensor parallelism, enough for ``max_num_seqs`` full-length requests, which
+        covers a draft model's KV too (it lives in the same blocks)."""
         if not device.startswith("cuda"):
             return -(-max_num_seqs * max_model_len // block_size)
-        c, itemsize = self.model.config, kv_itemsize or next(self.model.parameters()).element_size()
-        block_bytes = block_size * kv_bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, itemsize)
         total = torch.cuda.get_device_properties(device).total_memory
         budget = utilization * total - torch.cuda.memory_allocated(device)
-        return int(0.9 * budget // block_bytes)
+        return blocks_for_budget(0.9 * budget, block_size, target_token_bytes, draft_token_bytes)
 
-    def _make_proposer(self, spec: SpeculativeConfig | None, dtype: torch.dtype, device: str):
-        if spec is None:
+    def _load_draft(self, spec: SpeculativeConfig | None, dtype: torch.dtype, device: str) -> LlamaForCausalLM | None:
+        """The draft model of ``method="draft_model"`` on the engine's device and dtype (None otherwise)."""
+        if spec is None or spec.method != "draft_model":
             return None
-        k = spec.num_speculative_tokens
-        if spec.method == "ngram":
-            return NgramProposer(k, spec.prompt_lookup_min, spec.prompt_lookup_max)
         draft = spec.model
         if isinstance(draft, LlamaForCausalLM):
             draft = draft.to(device=device, dtype=dtype).eval()
@@ -253,7 +268,14 @@ class LLM:
         if draft.config.vocab_size != self.model.config.vocab_size:
             raise ValueError(f"The draft model's vocabulary ({draft.config.vocab_size} tokens) differs from the "
                              f"target's ({self.model.config.vocab_size}); use a draft trained with the same tokenizer.")
-        return DraftModelProposer(draft, k, self.scheduler_config.max_num_seqs, self.scheduler_config.max_model_len)
+        return draft
+
+    def _make_proposer(self, spec: SpeculativeConfig | None, draft: LlamaForCausalLM | None, num_blocks: int):
+        if spec is None:
+            return None
+        if draft is None:
+            return NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
+        return DraftModelProposer(draft, spec.num_speculative_tokens, self.kv_cache_manager, num_blocks)
 
     def _propose(self, sampled: dict) -> None:
         """Draft tokens for every running request that got a token this step and is decoding."""
@@ -318,12 +340,13 @@ class LLM:
             self._siblings[base] = ids
         for i, child_id in enumerate(ids):
             child = replace(params, n=1, seed=None if params.seed is None else params.seed + i)
-            if child.seed is not None:
-                self._generators[child_id] = torch.Generator().manual_seed(child.seed)
+            self._generators[child_id] = (self._engine_generator if child.seed is None
+                                          else torch.Generator().manual_seed(child.seed))
             self.scheduler.add_request(Request(
                 child_id, prompt_ids, child, self.model.config.eos_token_ids, time.perf_counter(),
                 self.cache_config.block_size, self.scheduler_config.max_model_len, cache_salt, priority,
-                self.tokenizer.decode if child.stop else None,
+                functools.partial(self.tokenizer.decode, skip_special_tokens=child.skip_special_tokens)
+                if child.stop else None,
                 spec_stats=SpecDecodeStats(self.speculative_config.num_speculative_tokens)
                 if self.speculative_config else None))
         return ids
@@ -356,7 +379,7 @@ class LLM:
             scheduler.free_cpu_blocks.extend(scheduler.swapped.pop(request_id, []))
             self._generators.pop(request_id, None)
             request.spec_token_ids, request.spec_probs = [], None
-        if self.proposer is not None:  # a draft model's rows of aborted requests, before an id can be reused
+        if self.proposer is not None:  # a draft model's state of aborted requests, before an id can be reused
             self.proposer.release({r.request_id for r in scheduler.running})
 
     # --- the engine loop ---------------------------------------------------------------
@@ -410,10 +433,13 @@ class LLM:
     def generate(self, prompts: str | dict | list[str] | list[list[int]] | list[dict],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  cache_salt: str | None = None, on_step: Callable[[int], None] | None = None,
-                 priority: list[int] | None = None) -> list[RequestOutput]:
+                 priority: list[int] | None = None, use_tqdm: bool | Callable = True,
+                 **vllm_arguments) -> list[RequestOutput]:
         """Generate for every prompt (outputs in the given order); a prompt is text, token ids, or vLLM's
         ``{"prompt": text}`` / ``{"prompt_token_ids": ids}``. ``sampling_params`` is one for all
-        prompts or a list with one per prompt, as is ``priority``; ``on_step(step)`` reports progress."""
+        prompts or a list with one per prompt, as is ``priority``; ``on_step(step)`` reports progress,
+        as does vLLM's bar while ``use_tqdm`` (``engine/progress.py``)."""
+        check_arguments("generate", vllm_arguments)
         single = isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int))
         prompts = [_prompt_of(prompt) for prompt in ([prompts] if single else prompts)]
         self._check_open()
@@ -422,6 +448,8 @@ class LLM:
         encoded = [self._encode(prompt) for prompt in prompts]  # every prompt is valid before any work starts
         for one, rank in zip(params, priorities):
             self._check_request(one or SamplingParams(), rank)
+        samples = sum((one or SamplingParams()).n for one in params)
+        bar = ProgressBar(use_tqdm, len(self.scheduler.requests) + samples)  # vLLM's: all samples in flight
         groups = []
         try:  # an exception out of here (Ctrl-C, on_step's) aborts what this call queued
             for prompt, prompt_ids, one, rank in zip(prompts, encoded, params, priorities):
@@ -429,16 +457,39 @@ class LLM:
                 groups.append((request_id, prompt, self.add_request(prompt_ids, one, cache_salt, request_id, rank)))
             done: dict[str, Request] = {}
             while self.scheduler.has_unfinished_requests():
-                for request in self.step():
-                    done[request.request_id] = request
+                finished = self.step()
+                done.update((request.request_id, request) for request in finished)
+                bar.update(finished)
                 if on_step is not None:
                     on_step(len(self.step_trace))
         except BaseException:
             self.abort_request([request_id for request_id, _, _ in groups])
             raise
+        finally:
+            bar.close()
         for request_id, _, _ in groups:
             self._siblings.pop(request_id, None)
         return [self._output(request_id, prompt, [done[i] for i in ids]) for request_id, prompt, ids in groups]
+
+    def chat(self, messages: list[dict] | list[list[dict]], sampling_params: SamplingParams | None = None,
+             use_tqdm: bool | Callable = True, add_generation_prompt: bool = True,
+             **vllm_arguments) -> list[RequestOutput]:
+        """vLLM's ``LLM.chat``: each conversation (a list of ``{"role", "content"}`` dicts) rendered by the
+        tokenizer's chat template, then generated from. A tokenizer without one is refused, as vLLM does:
+        the course's byte-level models have none, so they take plain text through ``generate``."""
+        check_arguments("chat", vllm_arguments)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"{CHAT_TEMPLATE_MISSING}. This model's tokenizer has no chat template: call "
+                             "generate with the conversation written out as text instead.")
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [self.tokenizer.apply_chat_template(conversation, tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt)
+                   for conversation in conversations]
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def beam_search(self, *args, **kwargs):
+        """vLLM's ``LLM.beam_search``, which this engine does not have: refused with what to do instead."""
+        raise ValueError(BEAM_SEARCH_REFUSAL)
 
     def _check_open(self) -> None:
         """Refuse new work once the tensor-parallel workers are gone (before anything is queued)."""
@@ -466,10 +517,14 @@ class LLM:
         return engine_metrics(self.scheduler, self.kv_cache_manager, getattr(self.speculative_config, "num_speculative_tokens", 0))
 
     def _completion(self, index: int, request: Request) -> CompletionOutput:
-        """One finished request as vLLM reports it: the text stops before a stop string or stop token."""
-        ids = list(request.output_token_ids)
+        """One finished request as vLLM reports it: the text stops before a stop string or stop token
+        (EOS included), or, with ``include_stop_str_in_output``, just after it."""
+        ids, params = list(request.output_token_ids), request.sampling_params
         stopped_on_token = request.status is RequestStatus.FINISHED_STOPPED and request.stop_text_end is None
-        text = self.tokenizer.decode(ids[:-1] if stopped_on_token else ids)[:request.stop_text_end]
+        cut = stopped_on_token and not params.include_stop_str_in_output
+        text = self.tokenizer.decode(ids[:-1] if cut else ids, skip_special_tokens=params.skip_special_tokens)
+        if request.stop_text_end is not None:
+            text = text[:request.stop_text_end + (len(request.stop_reason) if params.include_stop_str_in_output else 0)]
         logprobs = cumulative = None
         if request.logprobs is not None:
             decode = self.tokenizer.decode
@@ -485,4 +540,4 @@ class LLM:
         return RequestOutput(request_id, prompt if isinstance(prompt, str) else None,
                              list(first.prompt_token_ids), completions,
                              [RequestMetrics(r.arrival_time, list(r.token_times), r.spec_stats) for r in requests],
-                             max(0, first.num_cached_tokens))
+                             max(0, first.num_cached_tokens), finished=all(r.finished for r in requests))
