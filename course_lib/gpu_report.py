@@ -216,7 +216,7 @@ def tensor_parallel_check(world_size: int) -> dict:
     for size in (2, 1):
         with LLM("tiny-llama", device="cuda", dtype=torch.bfloat16, tensor_parallel_size=size, num_gpu_blocks=256,
                  attention_backend="torch") as llm:
-            tokens[size] = [output.outputs[0].token_ids for output in llm.generate(list(PROMPTS), params)]
+            tokens[size] = [output.outputs[0].token_ids for output in llm.generate(list(PROMPTS), params, use_tqdm=False)]
     return {"world_size": world_size, "largest_difference": difference, "rows": rows,
             "crossovers": symmetric.crossovers(rows), "engine": compare_tokens(tokens[2], tokens[1])}
 
@@ -273,7 +273,8 @@ def engine_tokens(device: str = "cuda", dtype: torch.dtype = torch.bfloat16, pro
         # small prefill chunks and a small pool: chunked prefill, mixed steps, and no GPU-sized KV cache
         llm = LLM("tiny-llama", device=device, dtype=dtype, attention_backend=backend, num_gpu_blocks=256,
                   max_num_batched_tokens=64)
-        outputs = llm.generate(list(prompts), SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True))
+        outputs = llm.generate(list(prompts), SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
+                               use_tqdm=False)
         tokens[backend] = [output.outputs[0].token_ids for output in outputs]
         del llm
         torch.cuda.empty_cache()

@@ -87,13 +87,13 @@ def _serve(model, mode: str, long_prompt: list[int], evicting: list[int], block_
     llm = LLM(model, max_num_seqs=1, max_num_batched_tokens=num_blocks * block_size,
               max_model_len=num_blocks * block_size, block_size=block_size, num_gpu_blocks=num_blocks,
               kv_offload_blocks=num_blocks if mode == "cpu reload" else None)
-    llm.generate([long_prompt], FIRST_TOKEN)
+    llm.generate([long_prompt], FIRST_TOKEN, use_tqdm=False)
     if mode != "gpu hit":
-        llm.generate([evicting], FIRST_TOKEN)  # takes every block: the long prompt's prefix is evicted
+        llm.generate([evicting], FIRST_TOKEN, use_tqdm=False)  # takes every block: the long prompt's prefix is evicted
     stats = llm.kv_cache_manager.prefix_cache_stats
     gpu_before, cpu_before = stats.gpu_hit_tokens, stats.cpu_hit_tokens
     steps_before = len(llm.step_trace)
-    again = llm.generate([long_prompt], FIRST_TOKEN)[0]
+    again = llm.generate([long_prompt], FIRST_TOKEN, use_tqdm=False)[0]
     computed = sum(record.num_tokens for record in llm.step_trace[steps_before:])
     return (again.metrics[0].ttft, stats.gpu_hit_tokens - gpu_before, stats.cpu_hit_tokens - cpu_before,
             computed, again.outputs[0].token_ids[0])

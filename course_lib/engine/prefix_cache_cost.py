@@ -95,7 +95,7 @@ def measure_cache_cost(prompts: list[list[int]], pairs: int = 10, max_tokens: in
                                 max_num_batched_tokens=len(prompts) * longest, enable_prefix_caching=caching)
                    for caching in (True, False)}
         for engine in engines.values():  # first passes pay one-time costs
-            engine.generate(prompts, params)
+            engine.generate(prompts, params, use_tqdm=False)
         stats = engines[True].kv_cache_manager.prefix_cache_stats
         queried, hits = stats.queried_tokens, stats.hit_tokens
         seconds: dict[bool, list[float]] = {True: [], False: []}
@@ -104,7 +104,7 @@ def measure_cache_cost(prompts: list[list[int]], pairs: int = 10, max_tokens: in
                 engine = engines[caching]
                 engine.reset_prefix_cache()
                 started = time.thread_time()
-                engine.generate(prompts, params)
+                engine.generate(prompts, params, use_tqdm=False)
                 seconds[caching].append(time.thread_time() - started)
                 if on_run:
                     on_run(2 * pair + (caching != (pair % 2 == 0)))

@@ -64,7 +64,7 @@ def run_once(model, draft, prompts: list[list[int]], max_tokens: int, spec: dict
               enable_prefix_caching=False, speculative_config=spec)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     outs = []
-    seconds = cpu_seconds(lambda: outs.extend(llm.generate(prompts, params)))
+    seconds = cpu_seconds(lambda: outs.extend(llm.generate(prompts, params, use_tqdm=False)))
     return [o.outputs[0].token_ids for o in outs], seconds, llm.spec_decode_stats
 
 
