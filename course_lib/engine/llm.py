@@ -7,7 +7,9 @@ Every step is recorded in ``step_trace`` for the lessons to draw.
 As in vLLM: ``generate(prompts, sampling_params)`` takes one ``SamplingParams`` or a list with one
 per prompt (stop strings, stop token ids, ``min_tokens``, ``logprobs``: ``sampling_params.py``), and
 ``priority=[...]`` under ``scheduling_policy="priority"`` (lower first; ``scheduler.py``); a request
-stops on any of the model's EOS ids (``config.eos_token_ids``). ``reset_prefix_cache()`` empties the
+stops on any of the model's EOS ids (``config.eos_token_ids``). Requests without a ``seed`` of their own
+draw from one random stream seeded by ``LLM(seed=...)`` (vLLM V1's default 0), so two engines built with
+the same seed sample alike when given the same calls. ``reset_prefix_cache()`` empties the
 prefix cache between runs, and ``get_metrics()`` reports vLLM's counters and gauges
 (``engine_metrics.py``).
 
@@ -19,7 +21,11 @@ aborts what it queued; ``abort_request(ids)`` is vLLM's, for ``add_request``/``s
 With ``speculative_config`` (vLLM's keys), a proposer drafts up to k tokens for every decoding
 request after each step; the next step verifies them in the same target pass as everything
 else. ``spec_decode_stats`` sums the acceptance counts of all finished requests; each
-request's own are on its ``RequestOutput.metrics[i].spec_decode_stats``.
+request's own are on its ``RequestOutput.metrics[i].spec_decode_stats``. A draft model's KV is
+paged in the same pool (its layers share the target's block tables, as in vLLM V1), so it comes out
+of the same budget: ``_default_num_blocks`` sizes blocks that hold both models' KV, after both
+models' weights are loaded. ``kv_cache_bytes`` (``engine/kv_budget.py``) reports the number of
+blocks and the target's and the draft's bytes.
 
 With ``tensor_parallel_size=N`` (vLLM's name), the model runs sharded over N rank workers (gloo on
 CPUs; NCCL with one GPU per rank when ``device`` is CUDA) under this process's scheduler and KV
@@ -174,7 +180,8 @@ class LLM:
             raise ValueError('This engine runs kv_cache_dtype="fp8" with tensor_parallel_size=1 only; drop '
                              "kv_cache_dtype or tensor_parallel_size.")
         if isinstance(model, str):
-            model, tokenizer = load_model(model, dtype=dtype, device=load_device)
+            model, own_tokenizer = load_model(model, dtype=dtype, device=load_device)
+            tokenizer = tokenizer or own_tokenizer  # a tokenizer passed in wins over the folder's
         elif quantization is not None or fp8_cache:
             model = copy.deepcopy(model)  # the caller's model stays as it was
         self.quantization_summary = None if quantization is None else quantize_model_(
@@ -237,8 +244,6 @@ class LLM:
         self.step_trace: list[StepRecord] = []
         if isinstance(seed, bool) or not isinstance(seed, Integral):
             raise ValueError(f"seed must be an integer (vLLM V1's default is 0), got {seed!r}.")
-        # Requests without a seed of their own draw from this one stream (vLLM V1 seeds each worker with
-        # LLM(seed=...), default 0): two LLMs built with the same seed sample the same, given the same calls.
         self._engine_generator = torch.Generator().manual_seed(seed)
         self._generators: dict[str, torch.Generator] = {}  # per request id: its own, or the engine's
         self._ids = itertools.count()

@@ -44,11 +44,12 @@ def _rows(owner: str, status: str, *entries) -> list[Argument]:
 
 _DROP = "drop the argument"
 ARGUMENTS: tuple[Argument, ...] = tuple([
-    *_rows("LLM", "supported", "model", "tokenizer", "max_num_seqs", "max_num_batched_tokens",
+    *_rows("LLM", "supported", "model", "max_num_seqs", "max_num_batched_tokens",
            "max_model_len", "block_size", "gpu_memory_utilization", "enable_prefix_caching",
            "long_prefill_token_threshold", "tensor_parallel_size", "speculative_config", "max_logprobs",
-           ("seed", "seeds the stream of requests without a seed of their own (default 0, as V1)")),
+           ("seed", "starts the random stream of requests without a seed of their own (default 0, as V1)")),
     *_rows("LLM", "different",
+           ("tokenizer", "a tokenizer object (encode/decode), used instead of the model's; vLLM's is a name or path"),
            ("dtype", '"auto" is float32 on a CPU and bfloat16 on CUDA, whatever the checkpoint says; '
                      "vLLM's takes the checkpoint's dtype (float32 checkpoints as float16). Any floating-point "
                      "torch dtype is taken too (float64 in tests)"),

@@ -16,7 +16,6 @@ from course_lib.engine import vllm_arguments
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.engine.vllm_arguments import ARGUMENTS, markdown_table, rows
-from course_lib.models.loader import load_model
 from course_lib.models.tokenizer import ByteTokenizer
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
@@ -87,8 +86,7 @@ class _TemplatedTokenizer(ByteTokenizer):
 
 
 def test_chat_with_a_chat_template_generates_from_the_rendered_conversation():
-    model, _ = load_model("tiny-llama")
-    templated = LLM(model, tokenizer=_TemplatedTokenizer(), max_model_len=64, num_gpu_blocks=8, device="cpu")
+    templated = LLM("tiny-llama", tokenizer=_TemplatedTokenizer(), max_model_len=64, num_gpu_blocks=8, device="cpu")
     conversation = [{"role": "user", "content": "hi"}]
     chat = templated.chat(conversation, GREEDY, use_tqdm=False)
     plain = templated.generate("user: hi\nassistant: ", GREEDY, use_tqdm=False)
