@@ -59,7 +59,10 @@ class TensorParallelRunner:
 
     ``model`` must be on the CPU (each worker moves its shard to its own device and ``dtype``);
     ``timeout_s`` bounds every step, so a rank that hangs or dies raises instead of stalling the
-    caller. Once the workers are stopped (a failure, or ``close``) ``execute`` raises, naming why."""
+    caller. An exception every rank got past (a batch every rank refuses) is raised as
+    ``RankFailure`` and the workers serve the next step; Ctrl-C during a step leaves it to finish
+    on the ranks, its replies dropped by the next step (``RankPool``). Once the workers are stopped
+    (a death, a rank left inside an all-reduce, a timeout, or ``close``) ``execute`` raises, naming why."""
 
     def __init__(self, model: LlamaForCausalLM, tensor_parallel_size: int, num_blocks: int, block_size: int,
                  num_cpu_blocks: int, attention_backend: str | None, dtype: torch.dtype, backend: str,
