@@ -10,14 +10,19 @@ step (``rejection_sampler.py``); a proposer never changes what is emitted, only 
   it. The longest n-gram that occurs wins, then the earliest occurrence, as in vLLM's
   ``NgramProposer``. No match, no drafts.
   Its drafts are a point mass (``probs`` None): the rejection sampler uses ``q(x) = 1``.
-* ``DraftModelProposer``: a small model with the target's vocabulary, run for k steps. It keeps
-  its **own** KV cache, one row of ``max_model_len + k`` positions per running request (at
-  most ``max_num_seqs`` rows), attended through the engine's paged-attention code with one
-  block per row, so it shares no blocks, hashes or preemption state with the target. It knows
-  which of its cached positions still hold verified tokens; after a step it feeds only what is
-  new (the accepted drafts and the target's token; the whole prompt after a preemption or for a
-  new request), then one token per further draft. Drafts are sampled from the draft's
-  distribution under the request's sampling settings (argmax when greedy); ``probs`` holds them.
+* ``DraftModelProposer``: a small model with the target's vocabulary, run for k steps. Its KV
+  is **paged in the engine's pool** (``kv_budget.py``): one tensor per draft layer with the
+  target's ``num_blocks`` and ``block_size``, addressed through the request's own block table, so
+  block ``b`` holds both models' K/V for the same positions and every byte of it was budgeted
+  with the target's. Before drafting ``j`` tokens it asks the KV cache manager for the slots its
+  lookahead writes (positions up to ``num_tokens + j - 2``, all of which the next step's
+  verification needs too); where the pool has no room it drafts fewer, or none. Preemption,
+  abort and finishing free those blocks with the request's. It knows which positions of the
+  request hold its KV for verified tokens; after a step it feeds only what is new (the accepted
+  drafts and the target's token; the whole prompt after a preemption or for a new request, which
+  rewrites the same values into any block shared through the prefix cache), then one token per
+  further draft. Drafts are sampled from the draft's distribution under the request's sampling
+  settings (argmax when greedy); ``probs`` holds them.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 import torch
 
 from course_lib.engine.attention import build_metadata
+from course_lib.engine.kv_cache_manager import KVCacheManager
 from course_lib.engine.request import Request
 from course_lib.engine.sampler import probabilities
 from course_lib.models.llama import LlamaForCausalLM
@@ -70,30 +76,37 @@ class NgramProposer:
 
 
 class DraftModelProposer:
-    def __init__(self, model: LlamaForCausalLM, num_speculative_tokens: int, max_num_seqs: int,
-                 max_model_len: int) -> None:
-        self.model, self.k = model, num_speculative_tokens
+    def __init__(self, model: LlamaForCausalLM, num_speculative_tokens: int, kv_cache_manager: KVCacheManager,
+                 num_blocks: int) -> None:
+        self.model, self.k, self.kv = model, num_speculative_tokens, kv_cache_manager
         c = model.config
         param = next(model.parameters())
-        self.row_len = max_model_len + num_speculative_tokens
-        shape = (2, max_num_seqs, self.row_len, c.num_key_value_heads, c.head_dim)
+        self.block_size = kv_cache_manager.block_size
+        shape = (2, num_blocks, self.block_size, c.num_key_value_heads, c.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=param.dtype, device=param.device)
                           for _ in range(c.num_hidden_layers)]
         self.device = param.device
-        self.free_rows = list(range(max_num_seqs))
-        self.rows: dict[str, int] = {}
-        self.num_valid: dict[str, int] = {}  # leading positions of the row computed from the request's tokens
+        self.num_valid: dict[str, int] = {}  # leading positions whose draft KV holds the request's tokens
         self.pending: dict[str, list[int]] = {}  # drafts cached right after those positions
 
     def release(self, live_request_ids: set[str]) -> None:
-        """Give back the rows of requests that no longer run (finished or preempted)."""
-        for request_id in [r for r in self.rows if r not in live_request_ids]:
-            self.free_rows.append(self.rows.pop(request_id))
-            self.num_valid.pop(request_id, None)
+        """Forget what the draft computed for requests that no longer run (finished, preempted or
+        aborted): their blocks went back to the pool with the target's."""
+        for request_id in [r for r in self.num_valid if r not in live_request_ids]:
+            del self.num_valid[request_id]
             self.pending.pop(request_id, None)
 
+    def _reserve(self, request: Request, drafts: int) -> int:
+        """Take the blocks that ``drafts`` drafts' lookahead writes into, or as many drafts as the
+        pool has room for (0: none)."""
+        for count in range(drafts, 0, -1):
+            if self.kv.allocate_slots(request, count) is not None:
+                return count
+        return 0
+
     def _valid_prefix(self, request: Request) -> int:
-        """Positions of the row that hold the request's true tokens (cached drafts it accepted count)."""
+        """Leading positions whose draft KV holds the request's true tokens (cached drafts it accepted
+        count); all of them lie below ``num_computed_tokens``, in blocks the request still holds."""
         valid = self.num_valid.get(request.request_id, 0)
         pending = self.pending.pop(request.request_id, [])
         truth = request.token_ids(valid, min(valid + len(pending), request.num_tokens))
@@ -103,19 +116,21 @@ class DraftModelProposer:
             valid += 1
         return min(valid, request.num_tokens - 1)  # the last token is always fed: its logits make draft 1
 
-    def _forward(self, chunks: list[tuple[int, list[int], int]]) -> torch.Tensor:
-        """Run the draft on ``(row, tokens, first position)`` chunks; logits at each chunk's last token."""
+    def _forward(self, chunks: list[tuple[list[int], list[int], int]]) -> torch.Tensor:
+        """Run the draft on ``(block table, tokens, first position)`` chunks; logits at each chunk's
+        last token."""
         ids, positions, slots, query_lens, seq_lens, tables, last_rows = [], [], [], [], [], [], []
-        for row, tokens, first in chunks:
+        size = self.block_size
+        for table, tokens, first in chunks:
             ids += tokens
             positions += range(first, first + len(tokens))
-            slots += [row * self.row_len + p for p in range(first, first + len(tokens))]
+            slots += [table[p // size] * size + p % size for p in range(first, first + len(tokens))]
             query_lens.append(len(tokens))
             seq_lens.append(first + len(tokens))
-            tables.append([row])
+            tables.append(table)
             last_rows.append(len(ids) - 1)
         device = self.device
-        metadata = build_metadata(slots, query_lens, seq_lens, tables, self.row_len, device)
+        metadata = build_metadata(slots, query_lens, seq_lens, tables, size, device)
         return self.model(torch.tensor(ids, device=device), torch.tensor(positions, device=device),
                           self.kv_caches, metadata, torch.tensor(last_rows, device=device))
 
@@ -137,16 +152,19 @@ class DraftModelProposer:
     def propose(self, requests: list[Request], max_drafts: list[int],
                 generators: dict[str, torch.Generator]) -> list[Draft]:
         drafts = [Draft([]) for _ in requests]
-        active = [(i, r, min(self.k, m)) for i, (r, m) in enumerate(zip(requests, max_drafts)) if m > 0]
+        active = []
+        for index, (request, room) in enumerate(zip(requests, max_drafts)):
+            count = self._reserve(request, min(self.k, room))
+            if count:
+                active.append((index, request, count))
+            else:  # no drafts this step: the blocks its cached drafts sit in may be rolled back before it drafts again
+                self.pending.pop(request.request_id, None)
         if not active:
             return drafts
         chunks = []
         for _, request, _ in active:
-            row = self.rows.get(request.request_id)
-            if row is None:
-                row = self.rows[request.request_id] = self.free_rows.pop()
             valid = self._valid_prefix(request)
-            chunks.append((row, request.token_ids(valid, request.num_tokens), valid))
+            chunks.append((self.kv.block_ids(request.request_id), request.token_ids(valid, request.num_tokens), valid))
             self.num_valid[request.request_id] = request.num_tokens
         dists: list[list] = [[] for _ in active]
         logits = self._forward(chunks)

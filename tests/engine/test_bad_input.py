@@ -190,15 +190,15 @@ def test_interrupting_generate_at_every_step_leaves_a_correct_engine(tiny_model,
     assert step > 10 and (options.get("preemption_mode") != "swap" or llm.scheduler.total_preemptions)
 
 
-def test_abort_gives_back_the_draft_models_rows_before_the_id_can_be_reused(tiny_model):
+def test_abort_forgets_the_draft_models_kv_before_the_id_can_be_reused(tiny_model):
     spec = {"method": "draft_model", "model": tiny_model, "num_speculative_tokens": 2}
     llm = engine(tiny_model, speculative_config=spec)
     llm.add_request(PROMPTS[0], GREEDY, request_id="x")
     llm.step()
     llm.step()
-    assert "x" in llm.proposer.rows
+    assert "x" in llm.proposer.num_valid
     llm.abort_request(["x"])
-    assert "x" not in llm.proposer.rows and not llm.scheduler.requests
+    assert "x" not in llm.proposer.num_valid and not llm.scheduler.requests
     llm.add_request(PROMPTS[2], GREEDY, request_id="x")
     finished = []
     while llm.scheduler.has_unfinished_requests():

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from course_lib.engine.llm import LLM
+from course_lib.engine.proposers import DraftModelProposer
 from course_lib.engine.sampling_params import SamplingParams
 from course_lib.models.generate import greedy_reference
 
@@ -27,9 +28,11 @@ def check_invariants(llm: LLM) -> None:
         for block in blocks:
             references[id(block)] = references.get(id(block), 0) + 1
     block_size = llm.cache_config.block_size
-    for request in llm.scheduler.running:  # exactly the blocks its computed tokens need
+    drafts_hold_slots = isinstance(llm.proposer, DraftModelProposer)  # a draft model's KV sits in the pool
+    for request in llm.scheduler.running:  # exactly the blocks its computed tokens (and a draft model's drafts) need
         held = len(llm.kv_cache_manager.req_to_blocks[request.request_id])
-        assert held == -(-request.num_computed_tokens // block_size), request.request_id
+        lookahead = len(request.spec_token_ids) if drafts_hold_slots else 0
+        assert held == -(-(request.num_computed_tokens + lookahead) // block_size), request.request_id
     for block in pool.blocks:
         assert block.ref_cnt >= 0
         assert (block.ref_cnt == 0) == (id(block) in free)  # free exactly when unreferenced
