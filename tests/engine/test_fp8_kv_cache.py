@@ -167,6 +167,8 @@ def test_the_gpu_block_budget_counts_one_byte_per_element(fp8_llm, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Properties())
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 ** 30)
-    blocks = {size: fp8_llm._default_num_blocks("cuda", 0.9, 16, 32, 256, size) for size in (1, 2, 4)}
+    c = fp8_llm.model.config
+    per_token = {size: 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * size for size in (1, 2, 4)}
+    blocks = {size: fp8_llm._default_num_blocks("cuda", 0.9, 16, 32, 256, per_token[size], 0) for size in (1, 2, 4)}
     assert blocks[1] // 4 == blocks[4] and blocks[1] // 2 == blocks[2]
-    assert blocks[4] == fp8_llm._default_num_blocks("cuda", 0.9, 16, 32, 256)  # float32 model: 4 bytes
+    assert fp8_llm.kv_cache_bytes.target_token_bytes == per_token[1]  # the engine counts its fp8 cache at 1 byte
