@@ -9,6 +9,18 @@ Conventions (all symmetric, round to nearest, codes in -127..127 so that negatio
   time from the values themselves ("dynamic"): ``scales[..., 0] = max |x[..., :]| / 127``.
 * ``y = x @ W.T`` in W8A8 is ``(q_x @ q_w.T) * s_x * s_w.T``: the integer product is accumulated in
   int32, and the two scales are applied once per output element afterwards.
+
+Which kernels run (measured in torch 2.13 on this project's 2-core AVX2 CPU; see
+``course_lib/quant/serving_benchmark.py`` for the whole-model numbers):
+
+* Weight-only int8 on the CPU: ``torch._weight_int8pack_mm`` (int8 codes times 16-bit activations,
+  per-channel scales) for bfloat16 inputs, where it is vectorised: 5-20x faster than dequantize +
+  matmul at 1-256 rows. In float32 and float16 its x86 loop is scalar, 2-200x *slower* than
+  dequantize + matmul, so those keep dequantize + matmul (:func:`int8pack_fits`).
+* W8A8: ``torch._int_mm`` on the CPU for every shape (torch 2.13 accepts any M, K, N there; on
+  this AVX2 CPU without VNNI it is slower than float32 matmul); on CUDA, whose ``_int_mm`` wants
+  M > 16 and K, N multiples of 8, the operands are zero-padded to such a shape and the result
+  sliced (:func:`cuda_int_mm_shape`), which is exact: zero rows and columns add nothing to a sum.
 """
 
 from __future__ import annotations
@@ -16,10 +28,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 QMAX = 127
 INT_MM = "torch._int_mm"
 EMULATED = "emulated int32"
+INT8PACK = "torch._weight_int8pack_mm"
+INT8PACK_K_MULTIPLE = 16  # the kernel loads 16 activations at a time (AVX-512) with aligned loads
+CUDA_MIN_ROWS = 17  # CUDA's _int_mm needs M > 16 ...
+CUDA_MULTIPLE = 8  # ... and K, N multiples of 8 (K > 16 too)
 
 
 @dataclass
@@ -93,29 +110,62 @@ def int_mm_emulated(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.to(torch.float64) @ b.to(torch.float64)).to(torch.int32)
 
 
-def int_mm_constraints_met(m: int, k: int, n: int, device: torch.device) -> bool:
-    """Whether ``torch._int_mm`` accepts an ``[M, K] @ [K, N]`` product on ``device``.
+def _round_up(size: int, multiple: int) -> int:
+    return -(-size // multiple) * multiple
 
-    On CUDA it requires M > 16, and K and N multiples of 8 (K > 16); on CPU (torch 2.13 has a CPU
-    kernel) any shape works. Anything else falls back to :func:`int_mm_emulated`.
-    """
-    if not hasattr(torch, "_int_mm"):
-        return False
-    if device.type == "cuda":
-        return m > 16 and k > 16 and k % 8 == 0 and n % 8 == 0
-    return device.type == "cpu"
+
+def cuda_int_mm_shape(m: int, k: int, n: int) -> tuple[int, int, int]:
+    """The smallest ``(M, K, N)`` at least ``(m, k, n)`` that CUDA's ``torch._int_mm`` accepts:
+    M > 16, K > 16 and a multiple of 8, N a multiple of 8."""
+    return max(m, CUDA_MIN_ROWS), max(_round_up(k, CUDA_MULTIPLE), 3 * CUDA_MULTIPLE), _round_up(n, CUDA_MULTIPLE)
+
+
+def pad_for_cuda_int_mm(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``a [M, K]`` and ``b [K, N]`` (int8) zero-padded to :func:`cuda_int_mm_shape`: ``a`` row-major,
+    ``b`` column-major (a transposed view, as cuBLAS wants it; left as it is when K and N fit).
+    ``(a_pad @ b_pad)[:M, :N]`` is exactly ``a @ b``: the padding only adds zero terms. Pure tensor
+    code, so the CPU tests check it; CUDA runs it on every w8a8 call."""
+    (m, k), n = a.shape, b.shape[1]
+    rows, inner, cols = cuda_int_mm_shape(m, k, n)
+    a = F.pad(a, (0, inner - k, 0, rows - m)).contiguous()
+    if (inner, cols) != (k, n):
+        b = F.pad(b.t(), (0, inner - k, 0, cols - n)).t()
+    return a, b
 
 
 def int8_matmul(a: torch.Tensor, b: torch.Tensor, force_emulation: bool = False) -> tuple[torch.Tensor, str]:
-    """``a [M, K] int8 @ b [K, N] int8 -> (int32 [M, N], path)``; path says which implementation ran."""
-    m, k = a.shape
-    n = b.shape[1]
-    if not force_emulation and int_mm_constraints_met(m, k, n, a.device):
-        try:
-            return torch._int_mm(a.contiguous(), b), INT_MM
-        except (RuntimeError, NotImplementedError):
-            pass  # an unsupported layout or build: the emulation below is exact
-    return int_mm_emulated(a, b), EMULATED
+    """``a [M, K] int8 @ b [K, N] int8 -> (int32 [M, N], path)``; path says which implementation ran.
+
+    ``torch._int_mm`` on the CPU as it is, on CUDA through :func:`pad_for_cuda_int_mm` (so decode's
+    few rows never fall back to a float64 matmul); :func:`int_mm_emulated` on other devices,
+    without ``_int_mm``, or with ``force_emulation``."""
+    if force_emulation or not hasattr(torch, "_int_mm") or a.device.type not in ("cpu", "cuda"):
+        return int_mm_emulated(a, b), EMULATED
+    if a.device.type == "cpu":
+        return torch._int_mm(a.contiguous(), b), INT_MM
+    padded_a, padded_b = pad_for_cuda_int_mm(a, b)
+    return torch._int_mm(padded_a, padded_b)[: a.shape[0], : b.shape[1]], INT_MM
+
+
+def int8pack_fits(x: torch.Tensor, k: int) -> bool:
+    """Whether weight-only int8 runs ``torch._weight_int8pack_mm`` for input ``x [..., k]``: a CPU
+    bfloat16 tensor (the dtype its x86 loop is vectorised for) with K a multiple of 16 (its vector
+    loads read 16 activations at a time; other K crashed the process in torch 2.13)."""
+    return (hasattr(torch, "_weight_int8pack_mm") and x.device.type == "cpu" and x.dtype == torch.bfloat16
+            and k % INT8PACK_K_MULTIPLE == 0)
+
+
+def int8pack_matmul(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
+    """``x [..., K] @ dequantize_int8(w).T`` by PyTorch's CPU weight-only kernel, in x.dtype; the
+    scales are cast to x.dtype. Only where :func:`int8pack_fits` (ValueError otherwise)."""
+    n, k = w.q.shape
+    if not int8pack_fits(x, k):
+        raise ValueError(f"torch._weight_int8pack_mm here takes CPU bfloat16 inputs with K a multiple of "
+                         f"{INT8PACK_K_MULTIPLE}; got {x.dtype} on {x.device} with K={k}: use dequantize_int8 + F.linear")
+    rows = x.reshape(-1, k).contiguous()
+    if rows.data_ptr() % 64:  # its aligned vector loads need an aligned start: copy a sliced view
+        rows = rows.clone()
+    return torch._weight_int8pack_mm(rows, w.q, w.scales.to(x.dtype)).reshape(*x.shape[:-1], n)
 
 
 def w8a8_matmul(x: torch.Tensor, w: Int8Weight, force_emulation: bool = False) -> tuple[torch.Tensor, str]:

@@ -4,9 +4,11 @@ A :class:`QuantizedLinear` is called exactly like the ``nn.Linear`` it replaces 
 ``x [..., in_features] -> y [..., out_features]`` in x's dtype), so ``LlamaForCausalLM.forward`` and
 ``forward_dense`` run unchanged. The schemes:
 
-* ``"int8"``: weight-only int8, one scale per output channel; the weight is dequantized to the
-  activation dtype and multiplied in floating point (a reference path: it saves memory at rest,
-  not compute).
+* ``"int8"``: weight-only int8, one scale per output channel. Two paths, by the layer's ``kernel``
+  ("auto" or "torch"): ``"torch._weight_int8pack_mm"``, PyTorch's CPU kernel multiplying the int8
+  codes by bfloat16 activations (taken by "auto" where :func:`course_lib.quant.int8.int8pack_fits`:
+  CPU, bfloat16, K a multiple of 16), and ``"dequantize + F.linear"`` everywhere else (float32 on
+  the CPU, where that kernel's loop is scalar and slower; CUDA): memory saved at rest, no compute.
 * ``"int4"``: weight-only int4, group-wise along in_features (``group_size``, ``symmetric``). Two
   matmul paths, chosen per call by the layer's ``kernel`` ("auto", "triton" or "torch"):
   ``"triton w4a16"``, the fused kernel of ``course_lib/kernels/w4a16.py``, which reads the packed
@@ -19,7 +21,8 @@ A :class:`QuantizedLinear` is called exactly like the ``nn.Linear`` it replaces 
   every layer's. The CUDA path is the tested kernel (``tests/kernels/test_w4a16.py``) called on the
   layer's own buffers; on a CPU the two paths are checked equal under the interpreter.
 * ``"w8a8"``: int8 weights and int8 activations quantized per token at run time; integer matmul
-  with int32 accumulation (:func:`course_lib.quant.int8.w8a8_matmul`).
+  with int32 accumulation (:func:`course_lib.quant.int8.w8a8_matmul`: ``torch._int_mm`` on the CPU
+  and, rows and K/N zero-padded to its shape rules, on CUDA).
 
 The quantized tensors are registered as buffers, so ``.to(device)`` and ``state_dict()`` carry them.
 Scales are float32 by contract; they are read back as float32 even if a later ``.to(dtype)`` cast them.
@@ -32,10 +35,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.quant.int4 import Int4Weight, check_group_size, dequantize_int4, quantize_int4
-from course_lib.quant.int8 import Int8Weight, dequantize_int8, quantize_int8, w8a8_matmul
+from course_lib.quant.int8 import (
+    EMULATED,
+    INT8PACK,
+    INT_MM,
+    Int8Weight,
+    dequantize_int8,
+    int8pack_fits,
+    int8pack_matmul,
+    quantize_int8,
+    w8a8_matmul,
+)
 
 SCHEMES = ("int8", "int4", "w8a8")
-INT4_KERNELS = ("auto", "triton", "torch")
+KERNELS = {"int4": ("auto", "triton", "torch"), "int8": ("auto", "torch"), "w8a8": ("auto",)}  # per scheme
 INT4_TRITON, TORCH_PATH = "triton w4a16", "dequantize + F.linear"
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # what the W4A16 kernel takes
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -51,7 +64,8 @@ class QuantizedLinear(nn.Module):
 
     Invariants: ``in_features``/``out_features`` are the original layer's; the bias (if any) stays in
     the original precision; ``forward(x)`` returns ``x.dtype``; ``last_path`` is the matmul path of the
-    latest call ("dequantize + F.linear", "triton w4a16", "torch._int_mm" or "emulated int32").
+    latest call ("dequantize + F.linear", "triton w4a16", "torch._weight_int8pack_mm", "torch._int_mm" or
+    "emulated int32").
 
     int4 with ``pad_k=True``: when in_features is not a multiple of group_size the weight is padded
     with zero columns up to the next multiple before quantizing, and the dequantized weight is cut
@@ -64,7 +78,7 @@ class QuantizedLinear(nn.Module):
         super().__init__()
         if scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-        self.kernel = check_kernel(kernel)  # int4's matmul path: "auto", "triton" or "torch"
+        self.kernel = check_kernel(kernel, scheme)  # int4's and int8's matmul path (KERNELS)
         if not isinstance(linear, nn.Linear):
             raise ValueError(f"QuantizedLinear wraps an nn.Linear, got {type(linear).__name__}")
         self.scheme = scheme
@@ -116,6 +130,10 @@ class QuantizedLinear(nn.Module):
             self.last_path = INT4_TRITON
             y = self._w4a16(x)
             return y if bias is None else y + bias
+        if self.scheme == "int8" and self.kernel == "auto" and int8pack_fits(x, self.in_features):
+            self.last_path = INT8PACK
+            y = int8pack_matmul(x, self.quantized)
+            return y if bias is None else y + bias
         self.last_path = TORCH_PATH
         return F.linear(x, self.dequantized_weight(x.dtype), bias)
 
@@ -136,9 +154,10 @@ class QuantizedLinear(nn.Module):
                 f"bias={self.bias is not None}")
 
 
-def check_kernel(kernel: str) -> str:
-    if kernel not in INT4_KERNELS:
-        raise ValueError(f"kernel must be one of {INT4_KERNELS} (int4's matmul path), got {kernel!r}")
+def check_kernel(kernel: str, scheme: str = "int4") -> str:
+    """``kernel`` if ``scheme`` has such a matmul path (``KERNELS``), else ValueError."""
+    if kernel not in KERNELS[scheme]:
+        raise ValueError(f"kernel must be one of {KERNELS[scheme]} for {scheme} (its matmul path), got {kernel!r}")
     return kernel
 
 
@@ -170,23 +189,32 @@ def int4_path(kernel: str, x: torch.Tensor) -> str:
     return INT4_TRITON
 
 
-def set_int4_kernel_(model: nn.Module, kernel: str) -> int:
-    """Set ``kernel`` on every int4 :class:`QuantizedLinear` of ``model``; returns how many."""
-    check_kernel(kernel)
-    layers = [m for m in model.modules() if isinstance(m, QuantizedLinear) and m.scheme == "int4"]
+def set_kernel_(model: nn.Module, kernel: str, scheme: str = "int4") -> int:
+    """Set ``kernel`` on every :class:`QuantizedLinear` of ``scheme`` in ``model``; returns how many.
+    (``kernel="torch"`` on int8 layers brings back dequantize + F.linear, the reference.)"""
+    check_kernel(kernel, scheme)
+    layers = [m for m in model.modules() if isinstance(m, QuantizedLinear) and m.scheme == scheme]
     for layer in layers:
         layer.kernel = kernel
     return len(layers)
 
 
-def matmul_path(scheme: str, device: torch.device | str, dtype: torch.dtype, kernel: str = "auto") -> str:
-    """The matmul a scheme's layers run for inputs of ``dtype`` on ``device`` (``quantize_model_``'s
-    ``matmul``): w8a8 picks ``torch._int_mm`` or its exact emulation per call by shape."""
+def set_int4_kernel_(model: nn.Module, kernel: str) -> int:
+    """:func:`set_kernel_` for the int4 layers."""
+    return set_kernel_(model, kernel, "int4")
+
+
+def matmul_path(scheme: str, device: torch.device | str, dtype: torch.dtype, kernel: str = "auto",
+                in_features: int = 0) -> str:
+    """The matmul a layer of ``scheme`` with ``in_features`` runs for inputs of ``dtype`` on ``device``
+    (what its ``last_path`` will say)."""
+    x = torch.empty(0, in_features, device=device, dtype=dtype)
     if scheme == "int4":
-        return int4_path(kernel, torch.empty(0, device=device, dtype=dtype))
+        return int4_path(kernel, x)
     if scheme == "w8a8":
-        return "torch._int_mm where its shape rules allow, else emulated int32 (see each layer's last_path)"
-    return TORCH_PATH
+        on_int_mm = hasattr(torch, "_int_mm") and x.device.type in ("cpu", "cuda")
+        return INT_MM if on_int_mm else EMULATED
+    return INT8PACK if kernel == "auto" and int8pack_fits(x, in_features) else TORCH_PATH
 
 
 def _targets(model: nn.Module, include_lm_head: bool) -> list[tuple[nn.Module, str, str]]:
@@ -218,7 +246,8 @@ def quantize_model_(model: nn.Module, scheme: str, *, include_lm_head: bool = Fa
 
     By default the LM head and the embeddings (and the norms) stay in full precision, as is common
     practice: they are a small share of a large model's weights and the logits are the most
-    sensitive to error. ``group_size``, ``symmetric``, ``pad_k`` and ``kernel`` apply to ``"int4"`` only.
+    sensitive to error. ``group_size``, ``symmetric`` and ``pad_k`` apply to ``"int4"`` only, ``kernel`` to
+    "int4" and "int8" (``KERNELS``).
 
     Every layer is checked before any is replaced, so a bad ``group_size`` leaves the model untouched.
     Returns a summary: ``scheme``, ``options``, ``layers_replaced`` (qualified names),
@@ -226,12 +255,12 @@ def quantize_model_(model: nn.Module, scheme: str, *, include_lm_head: bool = Fa
     ``bytes_before`` / ``bytes_after`` of the replaced layers (full-precision weight + bias, against
     codes + scales + zeros + bias), ``compression`` (before / after), and ``model_bytes_before`` /
     ``model_bytes_after`` (every parameter and buffer of the model), and ``matmul``: the path the
-    replaced layers take on the model's device and dtype (:func:`matmul_path`: "triton w4a16" or
-    "dequantize + F.linear" for int4; each layer's ``last_path`` says what its latest call ran).
+    replaced layers take on the model's device and dtype (:func:`matmul_path` per layer; several
+    joined by " and " if layers differ; each layer's ``last_path`` says what its latest call ran).
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
-    check_kernel(kernel)
+    check_kernel(kernel, scheme)
     targets = _targets(model, include_lm_head)
     if scheme == "int4":
         bad = []
@@ -260,8 +289,10 @@ def quantize_model_(model: nn.Module, scheme: str, *, include_lm_head: bool = Fa
         replaced.append(name)
     kept = [name for name, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))]
     options = ({"group_size": group_size, "symmetric": symmetric, "pad_k": pad_k, "kernel": kernel}
-               if scheme == "int4" else {})
+               if scheme == "int4" else {"kernel": kernel} if scheme == "int8" else {})
     param = next(model.parameters())
+    paths = {matmul_path(scheme, param.device, param.dtype, kernel, getattr(parent, attr).in_features)
+             for parent, attr, _ in targets}
     return {
         "scheme": scheme,
         "options": {**options, "include_lm_head": include_lm_head},
@@ -273,5 +304,5 @@ def quantize_model_(model: nn.Module, scheme: str, *, include_lm_head: bool = Fa
         "compression": before / after if after else float("nan"),
         "model_bytes_before": model_before,
         "model_bytes_after": sum(_tensor_bytes(m) for m in model.modules()),
-        "matmul": matmul_path(scheme, param.device, param.dtype, kernel),
+        "matmul": " and ".join(sorted(paths)),
     }
