@@ -10,11 +10,12 @@ from dataclasses import replace
 import matplotlib
 import pytest
 
+from course_lib.engine.simulated import simulate_budget
 from course_lib.paths import REPO_ROOT
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
 from course_lib.perf.workloads import document_among_chats
-from course_lib.widgets.budget_explorer import WORST_GAP, latency_summary, simulate_budget
+from course_lib.widgets.budget_explorer import WORST_GAP, latency_summary
 from course_lib.widgets.hash_chain import hash_chains
 
 matplotlib.use("Agg")
@@ -88,7 +89,7 @@ def test_lesson_02_says_what_its_timelines_show():
     once the queue has run dry (every idle slot-step comes after the last request was admitted)."""
     namespace = run_cell("02_batching", "traces[policy] = llm.step_trace")
     run_cell("02_batching", "idle = plot_slot_timelines(", namespace)
-    from course_lib.widgets.timeline import slot_occupancy
+    from course_lib.engine.batch_slots import slot_occupancy
 
     idle, traces = namespace["idle"], namespace["traces"]
     text = cell_with("02_batching", "Both timelines share one step scale.", "markdown")

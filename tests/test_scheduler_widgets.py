@@ -7,7 +7,7 @@ import pytest
 from course_lib.engine.block_hash import hash_request_blocks
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
-from course_lib.engine.simulated import SimulatedEngine
+from course_lib.engine.simulated import SimulatedEngine, simulate_budget
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
 from course_lib.perf.workloads import document_among_chats, poisson
@@ -18,7 +18,6 @@ from course_lib.widgets.budget_explorer import (
     latency_summary,
     plot_budget_sweep,
     plot_step_times,
-    simulate_budget,
 )
 from course_lib.widgets.hash_chain import draw_hash_chains, prefix_hits
 from course_lib.widgets.preemption_timeline import cumulative_preemptions, preemption_timeline_figure

@@ -237,7 +237,8 @@ def test_inside_the_kernel_views():
 
 
 def test_slot_timeline_reuses_freed_slots_and_counts_idle_ones():
-    from course_lib.widgets.timeline import plot_slot_timeline, slot_occupancy
+    from course_lib.engine.batch_slots import slot_occupancy
+    from course_lib.widgets.timeline import plot_slot_timeline
 
     steps = [{"a": 3, "b": 2}, {"a": 1, "b": 1}, {"b": 1, "c": 4}, {"c": 1}]
     assert slot_occupancy(steps, 2) == [["a", "b"], ["a", "b"], ["c", "b"], ["c", None]]

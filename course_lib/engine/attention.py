@@ -13,7 +13,7 @@ few new tokens (a speculative verification: the last token plus k drafts, or a s
 chunk) are bucketed the same way, padded to the bucket's longest query with a causal mask.
 
 An fp8 cache (``torch.float8_e4m3fn``, ``LLM(kv_cache_dtype="fp8")``) stores ``x / scale`` rounded
-to e4m3 and is read back as ``code * scale`` in the queries' dtype (``course_lib/quant/kv_fp8.py``);
+to e4m3 and is read back as ``code * scale`` in the queries' dtype (``course_lib/kv_cache/fp8.py``);
 ``kv_scales`` is the layer's ``(k_scale, v_scale)``, 1.0 each when not given.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from course_lib.quant.kv_fp8 import dequantize_fp8, is_fp8, quantize_fp8, required_scales
+from course_lib.kv_cache.fp8 import dequantize_fp8, is_fp8, quantize_fp8, required_scales
 
 DECODE_BUCKET = 8  # decoding requests per padded attention call
 SHORT_QUERY = 8  # requests with 2..SHORT_QUERY new tokens share padded calls too
@@ -61,9 +61,10 @@ class PrefillGroup:
 
 
 @dataclass
-class AttentionMetadata:
+class TorchAttentionMetadata:
     """Where each new token's K/V goes, and which cached tokens each query attends to.
-    Every backend's metadata offers the same two methods, which the model's layers call."""
+    Every backend's metadata offers the same two methods, which the model's layers call
+    (the ``AttentionMetadata`` protocol, ``course_lib/kv_cache/metadata.py``)."""
 
     slot_mapping: torch.Tensor  # [num_tokens]
     decodes: list[DecodeBucket]
@@ -109,7 +110,7 @@ def _additive(allowed: torch.Tensor) -> torch.Tensor:
 
 def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: list[int],
                    block_tables: list[list[int]], block_size: int, device,
-                   with_decodes: bool = True) -> AttentionMetadata:
+                   with_decodes: bool = True) -> TorchAttentionMetadata:
     """Index tensors for one step; ``block_tables[r]`` covers ``seq_lens[r]`` tokens. With
     ``with_decodes=False`` decoding requests get no buckets (another kernel attends them)."""
 
@@ -144,7 +145,7 @@ def build_metadata(slot_mapping: list[int], query_lens: list[int], seq_lens: lis
         query_pos = torch.arange(seq_lens[r] - n, seq_lens[r], device=device)
         mask = torch.arange(tables.shape[1] * block_size, device=device)[None, :] <= query_pos[:, None]
         prefills.append(PrefillGroup(starts[r], n, tables, _additive(mask[None, None])))
-    return AttentionMetadata(
+    return TorchAttentionMetadata(
         slot_mapping=torch.tensor(slot_mapping, device=device),
         decodes=decodes,
         prefills=prefills,
@@ -183,7 +184,7 @@ def _gather(kv_cache: torch.Tensor, block_tables: torch.Tensor, dtype: torch.dty
     return k, v
 
 
-def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: TorchAttentionMetadata, scale: float,
                     kv_scales: tuple[float, float] | None = None) -> torch.Tensor:
     """Causal attention of new queries ``[N, heads, head_dim]`` over each request's cached context."""
     out = torch.empty_like(q)

@@ -34,8 +34,8 @@ import torch
 
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
+from course_lib.models.corpus import corpus
 from course_lib.models.loader import load_model, save_pretrained
-from course_lib.models.train import corpus
 
 
 @dataclass(frozen=True)

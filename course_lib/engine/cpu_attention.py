@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.engine.attention import (AttentionMetadata, build_metadata, pad_block_tables, paged_attention,
+from course_lib.engine.attention import (TorchAttentionMetadata, build_metadata, pad_block_tables, paged_attention,
                                          query_starts, row_index)
 from course_lib.kernels.cpu_paged_attention import paged_decode_attention_cpu
 
 
 @dataclass
 class CpuAttentionMetadata:
-    others: AttentionMetadata  # the PyTorch backend's metadata, without decode buckets
+    others: TorchAttentionMetadata  # the PyTorch backend's metadata, without decode buckets
     decode_rows: slice | torch.Tensor | None  # decoding requests' query rows (a slice when consecutive)
     decode_tables: torch.Tensor  # [decodes, longest table], padded with block 0
     decode_lens: torch.Tensor  # [decodes] context lengths, the new token included

@@ -28,8 +28,8 @@ import torch
 
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
+from course_lib.models.corpus import corpus
 from course_lib.models.loader import load_model
-from course_lib.models.train import corpus
 
 MODES = ("gpu hit", "cpu reload", "recompute")
 FIRST_TOKEN = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)

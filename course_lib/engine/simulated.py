@@ -225,3 +225,13 @@ class SimulatedEngine:
             if report.spec_decode_stats is not None:
                 report.spec_decode_stats.merge(request.spec_stats)
         return report
+
+
+def simulate_budget(model: ModelSpec, gpu: GPU, workload: list[WorkloadRequest], budget: int,
+                    threshold: int = 0, policy: str = "fcfs") -> SimulationReport:
+    """One simulated run with this token budget, long-prefill cap (chunked prefill on) and
+    scheduling policy ("priority" orders by each request's ``priority``)."""
+    longest = max(len(r.prompt_token_ids) + r.output_len for r in workload)
+    engine = SimulatedEngine(model, gpu, max_model_len=longest, max_num_batched_tokens=budget,
+                             long_prefill_token_threshold=threshold, scheduling_policy=policy)
+    return engine.run(workload)

@@ -12,11 +12,10 @@ import statistics
 import time
 from typing import Callable
 
-from course_lib.engine.simulated import SimulatedEngine
+from course_lib.engine.simulated import SimulatedEngine, simulate_budget
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import get_model
 from course_lib.perf.workloads import document_among_chats, poisson
-from course_lib.widgets.budget_explorer import simulate_budget
 
 
 def time_runs(run: Callable[[], object], repeats: int) -> list[float]:

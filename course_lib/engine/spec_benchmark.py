@@ -26,8 +26,8 @@ import torch
 from course_lib.engine.llm import LLM
 from course_lib.engine.metrics import SpecDecodeStats
 from course_lib.engine.sampling_params import SamplingParams
+from course_lib.models.corpus import corpus
 from course_lib.models.loader import load_model
-from course_lib.models.train import corpus
 from course_lib.perf.one_core import cpu_seconds, one_thread
 from course_lib.perf.units import format_speedup, plural
 

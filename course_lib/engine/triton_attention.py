@@ -21,7 +21,7 @@ from course_lib.kernels.paged_attention import (
     paged_decode_attention,
     paged_prefill_attention,
 )
-from course_lib.quant.kv_fp8 import is_fp8, quantize_fp8, required_scales
+from course_lib.kv_cache.fp8 import is_fp8, quantize_fp8, required_scales
 
 
 @dataclass

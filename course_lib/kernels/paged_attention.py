@@ -21,7 +21,7 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
 from course_lib.perf.attention_roofline import choose_num_partitions, partition_plan
-from course_lib.quant.kv_fp8 import dequantize_fp8, is_fp8
+from course_lib.kv_cache.fp8 import dequantize_fp8, is_fp8
 
 
 @triton.jit

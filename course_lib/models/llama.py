@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.engine.attention import AttentionMetadata
-from course_lib.quant.kv_fp8 import fake_quantize_fp8
+from course_lib.kv_cache.fp8 import fake_quantize_fp8
+from course_lib.kv_cache.metadata import AttentionMetadata
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
@@ -228,7 +228,7 @@ class LlamaAttention(nn.Module):
         super().__init__()
         hd, h, kvh = config.head_dim, config.num_attention_heads, config.num_key_value_heads
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
-        # (k_scale, v_scale) of an fp8 KV cache (course_lib/quant/kv_fp8.py), or None: the paged path
+        # (k_scale, v_scale) of an fp8 KV cache (course_lib/kv_cache/fp8.py), or None: the paged path
         # passes them to the cache write and read; the dense path rounds K and V through e4m3 with them.
         self.kv_scales: tuple[float, float] | None = None
         self.q_proj = nn.Linear(config.hidden_size, h * hd, bias=config.qkv_bias)

@@ -3,8 +3,7 @@
     python -m course_lib.models.train --preset tiny   # ~10 minutes on 2 CPU cores (500 steps of 8 x 256 bytes)
     python -m course_lib.models.train --preset draft  # a few minutes; the speculative-decoding draft
 
-The corpus is Python's own help text, with the rows of '*', '=' or '-' that underline
-headings removed (greedy samples collapse into them otherwise). Training is budgeted by
+The corpus is Python's own help text (``models/corpus.py``). Training is budgeted by
 steps; the checkpoint with the best held-out loss is saved as a Hugging Face Llama folder.
 """
 
@@ -13,16 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from course_lib.models.corpus import corpus
 from course_lib.models.llama import LlamaConfig, LlamaForCausalLM
 from course_lib.models.loader import ASSETS, save_pretrained
-from course_lib.models.tokenizer import ByteTokenizer
 
 PRESETS = {
     "tiny": dict(config=LlamaConfig(), steps=500, batch=8, lr=3e-3),
@@ -30,20 +28,6 @@ PRESETS = {
                                      num_key_value_heads=1, intermediate_size=192), steps=1200, batch=8, lr=4e-3),
 }
 CONTEXT = 256
-_UNDERLINE = re.compile(r"^\s*([*=\-~^])\1{2,}\s*$")
-
-
-def corpus() -> tuple[torch.Tensor, torch.Tensor]:
-    """Train and held-out token streams: every topic as BOS + bytes + EOS, last 10% held out."""
-    from pydoc_data.topics import topics
-
-    tokenizer, stream = ByteTokenizer(), []
-    for name in sorted(topics):
-        text = "\n".join(line for line in topics[name].splitlines() if not _UNDERLINE.match(line))
-        stream += tokenizer.encode(text) + [tokenizer.eos_token_id]
-    data = torch.tensor(stream, dtype=torch.long)
-    split = int(len(data) * 0.9)
-    return data[:split], data[split:]
 
 
 def batches(data: torch.Tensor, batch: int, generator: torch.Generator):

@@ -6,7 +6,7 @@
     python -m course_lib.quant.gate --schemes kv-fp8                  # the fp8 KV cache alone
 
 Each scheme is compared with the full-precision (float32) tiny-llama on the held-out 10% of its
-corpus (``course_lib.models.train.corpus``), on four metrics:
+corpus (``course_lib.models.corpus.corpus``), on four metrics:
 
 * **bits/byte** (teacher-forced cross-entropy / ln 2, one token = one byte) over ``--windows``
   evenly spaced windows of ``WINDOW`` = 512 tokens (the default 90 tile the whole held-out stream), overall and broken out by *context-length bucket*
@@ -61,6 +61,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from course_lib.models.corpus import corpus, without_underlines
 from course_lib.models.tokenizer import ByteTokenizer
 from course_lib.quant.kv_fp8 import calibrate_kv_scales, set_kv_scales_
 from course_lib.quant.linear import quantize_model_
@@ -124,12 +125,9 @@ def held_out() -> HeldOut:
     """``corpus()``'s held-out stream, with each token labelled by its topic's section."""
     from pydoc_data.topics import topics
 
-    from course_lib.models.train import _UNDERLINE, corpus
-
     tokenizer, labels, names, length = ByteTokenizer(), [], [], 0
     for name in sorted(topics):
-        text = "\n".join(line for line in topics[name].splitlines() if not _UNDERLINE.match(line))
-        n = len(tokenizer.encode(text)) + 1
+        n = len(tokenizer.encode(without_underlines(topics[name]))) + 1
         labels += [SECTIONS.index(section_of(name))] * n
         names.append(name)
         length += n
@@ -139,8 +137,7 @@ def held_out() -> HeldOut:
     start = len(train)
     held_names, position = [], 0
     for name in sorted(topics):  # topics with at least one held-out token
-        text = "\n".join(line for line in topics[name].splitlines() if not _UNDERLINE.match(line))
-        position += len(tokenizer.encode(text)) + 1
+        position += len(tokenizer.encode(without_underlines(topics[name]))) + 1
         if position > start:
             held_names.append(name)
     return HeldOut(held, torch.tensor(labels[start:], dtype=torch.long), held_names)
@@ -154,7 +151,7 @@ def prepare(model: torch.nn.Module, scheme: str) -> dict:
         CUSTOM_SCHEMES[scheme](model)
         return {"scheme": scheme}
     if scheme == KV_FP8:
-        scales = calibrate_kv_scales(model)
+        scales = calibrate_kv_scales(model, corpus()[0])  # the training text, never the held-out text scored here
         set_kv_scales_(model, scales)
         return {"scheme": scheme, "kv_scales": scales}
     if scheme in ("int8", "w8a8"):

@@ -12,7 +12,7 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from course_lib.engine.simulated import SimulatedEngine, SimulationReport
+from course_lib.engine.simulated import SimulationReport, simulate_budget
 from course_lib.perf.hardware import GPU
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.workloads import WorkloadRequest
@@ -21,16 +21,6 @@ from course_lib.widgets.selection_readout import with_readout
 
 BUDGETS = [2**k for k in range(8, 15)]  # 256 .. 16384
 THRESHOLDS = [("off", 0)] + [(str(2**k), 2**k) for k in range(8, 14)]  # 256 .. 8192
-
-
-def simulate_budget(model: ModelSpec, gpu: GPU, workload: list[WorkloadRequest], budget: int,
-                    threshold: int = 0, policy: str = "fcfs") -> SimulationReport:
-    """One simulated run with this token budget, long-prefill cap (chunked prefill on) and
-    scheduling policy ("priority" orders by each request's ``priority``)."""
-    longest = max(len(r.prompt_token_ids) + r.output_len for r in workload)
-    engine = SimulatedEngine(model, gpu, max_model_len=longest, max_num_batched_tokens=budget,
-                             long_prefill_token_threshold=threshold, scheduling_policy=policy)
-    return engine.run(workload)
 
 
 WORST_GAP = "chat worst gap during document prefill"

@@ -9,7 +9,7 @@ import torch
 from course_lib.engine.attention import build_metadata
 from course_lib.kernels.paged_attention import (paged_decode_attention, paged_decode_attention_ref,
                                                 paged_prefill_attention, paged_prefill_attention_ref)
-from course_lib.quant.kv_fp8 import FP8_DTYPE, quantize_fp8
+from course_lib.kv_cache.fp8 import FP8_DTYPE, quantize_fp8
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytest.importorskip("triton")

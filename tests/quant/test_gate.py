@@ -27,9 +27,8 @@ import pytest
 import torch
 from torch import nn
 
+from course_lib.models.corpus import corpus
 from course_lib.models.generate import greedy_reference
-from course_lib.models.llama import LlamaConfig, LlamaForCausalLM
-from course_lib.models.train import corpus
 from course_lib.quant import gate
 from course_lib.quant.kv_fp8 import calibrate_kv_scales
 
@@ -39,14 +38,6 @@ QUICK = dict(windows=3, window=320, continuations=4, code_lines=4)
 @pytest.fixture(scope="module")
 def data():
     return gate.held_out()
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         intermediate_size=128)
-    return LlamaForCausalLM(config).eval()
 
 
 def zero_decoder_weights(model):
@@ -172,7 +163,7 @@ def test_kv_fp8_rounds_k_and_v_with_the_engines_scale_rule(tiny, data):
     summary = gate.prepare(model, gate.KV_FP8)
     assert summary["scheme"] == "kv-fp8" and len(summary["kv_scales"]) == 2
     assert [layer.self_attn.kv_scales for layer in model.model.layers] == summary["kv_scales"]
-    assert summary["kv_scales"] == calibrate_kv_scales(tiny)  # training-corpus windows, amax / 200 and / 100
+    assert summary["kv_scales"] == calibrate_kv_scales(tiny, corpus()[0])  # training-corpus windows, amax / 200 and / 100
     assert all(layer.self_attn.kv_scales is None for layer in tiny.model.layers)
     result = gate.evaluate(tiny, [gate.KV_FP8], data, **QUICK)
     (kv,) = result.schemes

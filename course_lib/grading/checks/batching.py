@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 
+from course_lib.engine.batch_slots import slot_occupancy
 from course_lib.engine.simulated import SimulatedEngine
 from course_lib.grading.task import Case, Task
 from course_lib.perf.hardware import get_gpu
 from course_lib.perf.models import ModelSpec
 from course_lib.perf.workloads import WorkloadRequest
-from course_lib.widgets.timeline import slot_occupancy
 
 TINY = ModelSpec("tiny", 2, 4, 2, 8, 1e5, 4096, hidden_size=32, intermediate_size=64, vocab_size=256)
 LONG_BATCH = [2000] + [50] * 7
