@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -128,11 +129,15 @@ class SamplingParams:
         return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
 
 
-def _refuse_other_arguments(cls, *args, **kwargs):
-    """Runs before the dataclass's ``__init__``: a keyword that is not a field is refused by name
-    (vLLM's arguments this engine lacks, or a misspelling), not with Python's bare TypeError."""
-    check_arguments("SamplingParams", {k: v for k, v in kwargs.items() if k not in cls.__dataclass_fields__})
-    return object.__new__(cls)
+def _refusing_other_arguments(init):
+    """The dataclass's ``__init__``, after a check that refuses a keyword that is not a field by name
+    (vLLM's arguments this engine lacks, or a misspelling) rather than with Python's bare TypeError.
+    ``functools.wraps`` keeps the fields' signature for ``help()`` and completion."""
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        check_arguments("SamplingParams", {k: v for k, v in kwargs.items() if k not in self.__dataclass_fields__})
+        init(self, *args, **kwargs)
+    return checked
 
 
-SamplingParams.__new__ = staticmethod(_refuse_other_arguments)
+SamplingParams.__init__ = _refusing_other_arguments(SamplingParams.__init__)

@@ -57,6 +57,10 @@ def test_an_unsupported_sampling_parameter_is_refused_by_name(name):
         SamplingParams(temperature=0, **{name: 1})
 
 
+def test_sampling_params_keeps_its_fields_signature_for_help_and_completion():
+    assert list(inspect.signature(SamplingParams).parameters)[:3] == ["n", "temperature", "top_p"]
+
+
 def test_lora_names_what_to_do_instead(tiny_model, llm):
     with pytest.raises(ValueError, match="enable_lora.*LoRA adapters: serve the base model"):
         LLM(tiny_model, enable_lora=True)
