@@ -59,9 +59,13 @@ class RequestMetrics:
 
 @dataclass(frozen=True)
 class RequestOutput:
+    """vLLM's ``RequestOutput``: ``finished`` is True once every completion has finished (always, on
+    what ``LLM.generate`` returns)."""
+
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     metrics: list[RequestMetrics]  # one per completion
     num_cached_tokens: int  # prompt tokens served from the prefix cache (first completion)
+    finished: bool

@@ -7,7 +7,9 @@ emit a token from ``max(0, p_i - q_i)`` normalised and stop; if all ``j`` pass, 
 token from ``p_j``. Each emitted token is then distributed exactly as ``p``: speculation never
 changes what the engine samples, only how many target steps it takes.
 
-``p`` and ``q`` both go through the request's temperature, top-k and top-p (``sampler.probabilities``).
+``p`` and ``q`` both go through the request's temperature, min-p, top-k and top-p
+(``sampler.probabilities``); the target's rows come already penalised, row ``i`` counting drafts
+``x_0 .. x_{i-1}`` as output (``step_sampler``), as vLLM's rejection sampler does.
 A proposer without a distribution (n-gram) is a point mass, ``q_i(x_i) = 1``: accept with
 probability ``p_i(x_i)``, and on rejection sample ``p_i`` with ``x_i`` removed. Greedy requests
 need no randomness: accept while the draft equals the target's argmax, then emit the argmax.

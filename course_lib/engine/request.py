@@ -32,7 +32,8 @@ class Request:
     ``eos_token_ids``: the model's end-of-sequence ids, its main one first (any of them stops it);
     ``all_stop_token_ids`` adds ``sampling_params.stop_token_ids`` (what ``min_tokens`` masks).
     ``priority``: lower is served first under ``scheduling_policy="priority"``. ``detokenize``
-    (token ids -> text) is needed only for ``stop`` strings."""
+    (token ids -> text) is needed only for ``stop`` strings. ``max_tokens`` is the output cap:
+    ``sampling_params.max_tokens``, or what ``max_model_len`` leaves after the prompt when that is None."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -59,6 +60,7 @@ class Request:
     stop_reason: int | str | None = None  # the stop token id or stop string that finished it
     stop_text_end: int | None = None  # a stop string's offset in the output text: the text ends there
     all_stop_token_ids: frozenset[int] = field(init=False)
+    max_tokens: int = field(init=False)
     _text_checked: int = 0  # output characters already searched for stop strings
 
     def __post_init__(self) -> None:
@@ -69,7 +71,12 @@ class Request:
         if self.sampling_params.logprobs is not None:
             self.logprobs = []
         self.num_tokens = len(self.prompt_token_ids) + len(self.output_token_ids)
+        self.max_tokens = self.sampling_params.max_tokens or max(1, self.max_model_len - len(self.prompt_token_ids))
         self.update_block_hashes()
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
 
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens ``start:end`` of prompt + output, without building the whole list."""
@@ -95,7 +102,7 @@ class Request:
 
     def room(self) -> int:
         """Tokens this request may still emit before ``max_tokens`` or ``max_model_len`` stops it."""
-        return min(self.sampling_params.max_tokens - len(self.output_token_ids), self.max_model_len - self.num_tokens)
+        return min(self.max_tokens - len(self.output_token_ids), self.max_model_len - self.num_tokens)
 
     def check_stop(self) -> bool:
         """After each new token, in vLLM V1's order: nothing but ``max_model_len`` stops a request
@@ -120,7 +127,7 @@ class Request:
         return self._finish_if_too_long()
 
     def _finish_if_too_long(self) -> bool:
-        if len(self.output_token_ids) >= self.sampling_params.max_tokens or self.num_tokens >= self.max_model_len:
+        if len(self.output_token_ids) >= self.max_tokens or self.num_tokens >= self.max_model_len:
             self.status = RequestStatus.FINISHED_LENGTH
             return True
         return False

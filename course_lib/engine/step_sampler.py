@@ -4,10 +4,11 @@ Row order is ``ModelInput.sampling`` order: one row per request, or ``j + 1`` ro
 verifying ``j`` drafts (row ``i`` predicts its ``i``-th new token). Per request:
   * ``min_tokens``: while fewer than ``min_tokens`` tokens would precede a row's token, the EOS
     ids and ``stop_token_ids`` get logit -inf in that row (vLLM's min-tokens logits processor);
+  * penalties (``sampler.apply_penalties``), row ``i`` counting the drafts before it as output;
   * greedy rows take the argmax (ties to the lowest id), all in one batched call; sampled rows
     draw from ``sampler.probabilities``; rows with drafts go through the rejection sampler;
   * ``logprobs=k`` (-1: all): for each emitted token, the log-softmax of the row's *raw* logits (before the
-    min-tokens mask, temperature and filters: vLLM's default ``raw_logprobs``) for the sampled
+    min-tokens mask, penalties, temperature and filters: vLLM's default ``raw_logprobs``) for the sampled
     token and the k most likely ones, with their 1-based ranks.
 """
 
@@ -17,7 +18,7 @@ import torch
 
 from course_lib.engine.outputs import Logprob
 from course_lib.engine.rejection_sampler import rejection_sample
-from course_lib.engine.sampler import sample
+from course_lib.engine.sampler import apply_penalties, sample
 
 TokenLogprobs = dict[int, Logprob]  # one generated token's entry: sampled token first, then the top k
 
@@ -34,6 +35,21 @@ def _mask_stop_tokens(logits: torch.Tensor, step, drafts_of: list[list[int]], fi
         ids = torch.tensor(sorted(request.all_stop_token_ids), device=logits.device)
         masked[rows[:, None], ids] = float("-inf")
     return logits if masked is None else masked
+
+
+def _penalize(logits: torch.Tensor, step, drafts_of: list[list[int]], first_rows: list[int]) -> torch.Tensor:
+    """``logits`` with each penalised request's rows (its token and its drafts') penalised."""
+    penalised = None
+    for request, first, drafts in zip(step.sampling, first_rows, drafts_of):
+        params = request.sampling_params
+        if not params.has_penalties:
+            continue
+        if penalised is None:  # a copy in float32 at least, as vLLM penalises
+            penalised = logits.to(torch.promote_types(logits.dtype, torch.float32), copy=True)
+        rows = slice(first, first + len(drafts) + 1)
+        penalised[rows] = apply_penalties(logits[rows], params, request.prompt_token_ids,
+                                          request.output_token_ids, drafts)
+    return logits if penalised is None else penalised
 
 
 def token_logprobs(raw_logits: torch.Tensor, token_ids: list[int], k: int) -> list[TokenLogprobs]:
@@ -63,7 +79,7 @@ def sample_step(logits: torch.Tensor, step, generators: dict[str, torch.Generato
     for drafts in drafts_of:
         first_rows.append(row)
         row += len(drafts) + 1
-    processed = _mask_stop_tokens(logits, step, drafts_of, first_rows)
+    processed = _penalize(_mask_stop_tokens(logits, step, drafts_of, first_rows), step, drafts_of, first_rows)
     greedy_rows = processed.argmax(-1).tolist() if any(r.sampling_params.greedy for r in step.sampling) else None
     sampled, logprobs = {}, {}
     for request, drafts, first in zip(step.sampling, drafts_of, first_rows):
