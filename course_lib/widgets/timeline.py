@@ -1,4 +1,5 @@
-"""Batch-slot timelines: which request occupies each of the ``max_num_seqs`` slots at every step."""
+"""Batch-slot timelines: the grids of ``engine/batch_slots.py`` (which request holds each of the
+``max_num_seqs`` slots at every step) drawn as Gantt charts, idle slots white."""
 
 from __future__ import annotations
 
