@@ -157,7 +157,7 @@ class DraftModelProposer:
             count = self._reserve(request, min(self.k, room))
             if count:
                 active.append((index, request, count))
-            else:  # no drafts this step: the blocks its cached drafts sit in may be rolled back before it drafts again
+            else:  # no drafts now: the blocks holding its cached drafts may be rolled back before it drafts again
                 self.pending.pop(request.request_id, None)
         if not active:
             return drafts
@@ -179,7 +179,7 @@ class DraftModelProposer:
                 break
             logits = self._forward([(chunks[a][0], [t], active[a][1].num_tokens + step) for a, t in more])
         for a, (index, request, _) in enumerate(active):
-            self.pending[request.request_id] = drafts[index].token_ids[:-1]  # their KV is in the row
+            self.pending[request.request_id] = drafts[index].token_ids[:-1]  # their KV is in its blocks
             if dists[a] and dists[a][0] is not None:
                 drafts[index].probs = torch.stack(dists[a])
         return drafts
