@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import functools
 import math
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -124,7 +125,7 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    @property
+    @functools.cached_property  # asked for every request at every step
     def has_penalties(self) -> bool:
         return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
 
