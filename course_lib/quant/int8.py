@@ -14,8 +14,8 @@ Which kernels run (measured in torch 2.13 on this project's 2-core AVX2 CPU; see
 ``course_lib/quant/serving_benchmark.py`` for the whole-model numbers):
 
 * Weight-only int8 on the CPU: ``torch._weight_int8pack_mm`` (int8 codes times 16-bit activations,
-  per-channel scales) for bfloat16 inputs, where it is vectorised: 5-20x faster than dequantize +
-  matmul at 1-256 rows. In float32 and float16 its x86 loop is scalar, 2-200x *slower* than
+  per-channel scales) for bfloat16 inputs, where it is vectorised: 4-30x faster than dequantize +
+  matmul at 1-256 rows. In float32 and float16 its x86 loop is scalar, 2-250x *slower* than
   dequantize + matmul, so those keep dequantize + matmul (:func:`int8pack_fits`).
 * W8A8: ``torch._int_mm`` on the CPU for every shape (torch 2.13 accepts any M, K, N there; on
   this AVX2 CPU without VNNI it is slower than float32 matmul); on CUDA, whose ``_int_mm`` wants
