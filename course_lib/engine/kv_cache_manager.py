@@ -140,6 +140,19 @@ class KVCacheManager:
             self.offload.clear()
         return True
 
+    def forget_transfers(self, offloads: list[tuple[int, int]], reloads: list[tuple[int, int]]) -> None:
+        """A step failed, perhaps before the runner made its copies: the CPU blocks it offloaded to
+        and the GPU blocks it reloaded into may hold garbage, so neither serves a later prefix hit.
+        Call after its requests were freed (nothing else can hold a block reloaded in that step)."""
+        if self.offload is None:
+            return
+        self.offload.forget(cpu for _, cpu in offloads)
+        hash_of = {cpu: block_hash for block_hash, cpu in self.offload.cached.items()}
+        for cpu, gpu in reloads:
+            block = self.block_pool.cached_block_hash_to_block.get(hash_of.get(cpu), {}).get(gpu)
+            if block is not None:
+                self.block_pool.uncache(block)
+
     def take_transfers(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """The step's offload copies (GPU block, CPU block) and reloads (CPU block, GPU block)."""
         return self.offload.take_transfers() if self.offload is not None else ([], [])

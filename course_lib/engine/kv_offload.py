@@ -108,6 +108,14 @@ class KVOffloadPool:
         self._reloads.append((cpu_block_id, gpu_block_id))
         self.num_reloaded_blocks += 1
 
+    def forget(self, cpu_block_ids) -> None:
+        """Free these CPU blocks and forget their hashes: their step failed, perhaps before the
+        runner copied into them, so no later lookup may find them (between steps)."""
+        lost = set(cpu_block_ids)
+        for block_hash, cpu in [(h, c) for h, c in self.cached.items() if c in lost]:
+            del self.cached[block_hash]
+            self.free_ids.append(cpu)
+
     def clear(self) -> None:
         """Forget every stored hash (between steps: nothing pinned or pending)."""
         self.free_ids = deque(range(self.num_blocks))

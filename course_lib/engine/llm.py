@@ -390,8 +390,8 @@ class LLM:
     # --- the engine loop ---------------------------------------------------------------
     def step(self) -> list[Request]:
         """Schedule and run one step; return the requests that finished in it. If the step fails,
-        its requests (those scheduled or preempted in it) are aborted, their blocks freed, and the
-        error raised: the next step serves the others."""
+        its requests (those scheduled or preempted in it) are aborted, their blocks freed, the KV
+        offload tier's copies it planned forgotten, and the error raised: the next step serves the others."""
         running = list(self.scheduler.running)
         plan = None
         try:
@@ -401,6 +401,8 @@ class LLM:
             failed = ([*running, *self.scheduler.running] if plan is None
                       else [*plan.num_scheduled_tokens, *plan.preempted])
             self._abort([r if isinstance(r, str) else r.request_id for r in failed])
+            if plan is not None:
+                self.kv_cache_manager.forget_transfers(plan.kv_offload, plan.kv_reload)
             raise
 
     def _step(self, plan) -> list[Request]:

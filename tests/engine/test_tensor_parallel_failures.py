@@ -1,6 +1,9 @@
 """Issue 31 at ``tensor_parallel_size=2``: an exception inside a step costs that step's requests,
 not the rank workers; Ctrl-C while the ranks are mid-step leaves no reply for the next step to
-take as its own. Only a rank left waiting inside a collective (or dead, or hung) stops the workers."""
+take as its own. Only a rank left waiting inside a collective (or dead, or hung) stops the workers.
+At either size, the KV offload tier's copies of a failed step never serve a later prefix hit."""
+
+import math
 
 import _thread
 import threading
@@ -163,3 +166,33 @@ def test_a_rank_left_inside_an_all_reduce_stops_the_workers_at_once_naming_why(t
     with pytest.raises(RuntimeError, match=r"stopped after a RankFailure while running rank_one_fails_before_its_"
                                            r"forward \(ValueError: rank 1 failed before its forward\).*new LLM"):
         llm.generate(PROMPTS, GREEDY)
+
+
+@pytest.mark.parametrize("tensor_parallel_size", [1, 2])
+@pytest.mark.parametrize("copies", ["offload", "reload"])
+def test_the_copies_of_a_failed_step_never_serve_a_prefix_hit(tiny_model, monkeypatch, tensor_parallel_size, copies):
+    """One request at a time in 10 blocks: B's prefill evicts A's 6 blocks (offloaded to the CPU
+    tier), A's next prefill reloads them. The step making those copies fails; A's logprobs later
+    must still be the reference's (before: the tier kept blocks never copied to, zeros)."""
+    options = dict(max_num_seqs=1, max_model_len=40, num_gpu_blocks=10, kv_offload_blocks=20, dtype=torch.float64)
+    a, b = list(range(2, 26)), list(range(30, 54))
+    scored = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0)
+    want = engine(tiny_model, **options).generate([a], scored)[0].outputs[0]
+    llm = engine(tiny_model, tensor_parallel_size=tensor_parallel_size, **options)
+    llm.generate([a], GREEDY)
+    if copies == "reload":
+        llm.generate([b], GREEDY)  # A's blocks go to the CPU tier, copied for real
+    plans, schedule = [], llm.scheduler.schedule
+    monkeypatch.setattr(llm.scheduler, "schedule", lambda: plans.append(schedule()) or plans[-1])
+    if tensor_parallel_size == 1:
+        monkeypatch.setattr(llm.runner, "execute", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))
+    else:
+        replace_the_forward_of_step(monkeypatch, llm, 1, every_rank_refuses_the_batch)
+    with pytest.raises((RuntimeError, RankFailure)):
+        llm.generate([b if copies == "offload" else a], GREEDY)
+    monkeypatch.undo()
+    assert getattr(plans[0], f"kv_{copies}")  # the failed step did plan copies of that kind
+    got = llm.generate([a], scored)[0].outputs[0]
+    assert got.token_ids == want.token_ids
+    assert math.isclose(got.cumulative_logprob, want.cumulative_logprob, rel_tol=1e-9)
+    llm.close()
