@@ -16,19 +16,11 @@ from course_lib.collectives.launch import RankFailure
 from course_lib.engine import tensor_parallel_runner
 from course_lib.engine.llm import LLM
 from course_lib.engine.sampling_params import SamplingParams
+from tests.engine.test_bad_input import engine, token_ids
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [20, 21, 22, 23, 24, 25, 26]]
 FORWARD = tensor_parallel_runner._forward
-
-
-def engine(model, **kwargs) -> LLM:
-    options = dict(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=96, block_size=4)
-    return LLM(model, **{**options, **kwargs})
-
-
-def token_ids(outputs) -> list[list[int]]:
-    return [o.outputs[0].token_ids for o in outputs]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +31,7 @@ def expected(tiny_model) -> list[list[int]]:
 @pytest.fixture(scope="module")
 def llm(tiny_model):
     """One TP=2 engine for the tests whose failures must not stop its workers."""
-    with engine(tiny_model, tensor_parallel_size=2, distributed_timeout_s=20) as shared:
+    with engine(tiny_model, max_num_seqs=2, tensor_parallel_size=2, distributed_timeout_s=20) as shared:
         yield shared
 
 
@@ -155,7 +147,7 @@ def test_ctrl_c_right_after_the_step_is_sent(llm, expected, monkeypatch):
 
 
 def test_a_rank_left_inside_an_all_reduce_stops_the_workers_at_once_naming_why(tiny_model, monkeypatch):
-    llm = engine(tiny_model, tensor_parallel_size=2, distributed_timeout_s=60)
+    llm = engine(tiny_model, max_num_seqs=2, tensor_parallel_size=2, distributed_timeout_s=60)
     replace_the_forward_of_step(monkeypatch, llm, 2, rank_one_fails_before_its_forward)
     started = time.monotonic()
     with pytest.raises(RankFailure, match=r"rank 1 failed before(.|\n)*rank 0: still running.*inside all_reduce"):
@@ -174,7 +166,7 @@ def test_the_copies_of_a_failed_step_never_serve_a_prefix_hit(tiny_model, monkey
     """One request at a time in 10 blocks: B's prefill evicts A's 6 blocks (offloaded to the CPU
     tier), A's next prefill reloads them. The step making those copies fails; A's logprobs later
     must still be the reference's (before: the tier kept blocks never copied to, zeros)."""
-    options = dict(max_num_seqs=1, max_model_len=40, num_gpu_blocks=10, kv_offload_blocks=20, dtype=torch.float64)
+    options = dict(max_num_seqs=1, max_model_len=40, num_gpu_blocks=10, kv_offload_blocks=20)
     a, b = list(range(2, 26)), list(range(30, 54))
     scored = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=0)
     want = engine(tiny_model, **options).generate([a], scored)[0].outputs[0]
