@@ -35,5 +35,7 @@ def test_a_model_object_is_copied_not_quantized_in_place(tiny_model):
 def test_quantization_with_tensor_parallelism_is_refused_with_what_to_change():
     with pytest.raises(ValueError, match="tensor_parallel_size=1 only"):
         LLM("tiny-llama", quantization="int8", tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="quantization='awq': vLLM has it, this course's engine does not"):
+        LLM("tiny-llama", quantization="awq")  # vLLM's checkpoint format (tests/engine/test_vllm_arguments.py)
     with pytest.raises(ValueError, match="scheme must be one of"):
-        LLM("tiny-llama", quantization="awq")
+        LLM("tiny-llama", quantization="int3")
