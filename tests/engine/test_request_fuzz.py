@@ -3,8 +3,8 @@
 Each run draws, from a fixed fuzz seed (``FUZZ_SEED`` in the environment picks another), calls to
 ``generate`` (prompts as text, ids or vLLM's prompt dicts; greedy, seeded and unseeded sampling,
 stop strings and ids, ``min_tokens``, ``logprobs``, ``n > 1``), some stopped by Ctrl-C (a
-``KeyboardInterrupt`` from ``on_step``), ``add_request``/``step``/``abort_request`` sessions, and
-invalid requests. Small KV pools force preemption; variants add swapping, the offload tier,
+``KeyboardInterrupt`` from ``on_step``) or by a step whose forward pass raises (on every rank),
+``add_request``/``step``/``abort_request`` sessions, and invalid requests. Small KV pools force preemption; variants add swapping, the offload tier,
 n-gram and draft-model speculation, and two tensor-parallel ranks.
 
 Checked after every call: an invalid request raised ``ValueError`` and queued nothing; no request
@@ -17,6 +17,7 @@ and the calls so far.
 """
 
 import collections
+import contextlib
 import dataclasses
 import math
 import os
@@ -34,6 +35,11 @@ ALPHABET = "\0\1" + string.ascii_lowercase + string.ascii_uppercase + string.dig
 BLOCK_SIZE, MAX_MODEL_LEN = 4, 40
 TIGHT = dict(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
              dtype=torch.float64)  # the model's own: a draft model object is moved to this dtype in place
+
+
+def every_rank_fails(worker, batch):
+    """A step's forward pass that fails the same way on every tensor-parallel rank."""
+    raise RuntimeError("this step fails")
 
 
 class SmallTokenizer:
@@ -137,14 +143,42 @@ class Fuzzer:
                            for step, other in zip(mine.logprobs, theirs.logprobs) for t in step)
 
     # --- the calls ---------------------------------------------------------------------
-    def generate(self, interrupt: bool) -> None:
+    @contextlib.contextmanager
+    def failing_step(self, step: int | None):
+        """The ``step``-th forward pass from now raises (on the ranks, at tensor_parallel_size > 1)."""
+        runner, calls = self.llm.runner, []
+        if step is None:
+            yield
+            return
+        pool = getattr(runner, "pool", None)
+        owner, name = (pool, "call") if pool is not None else (runner, "execute")
+        real = getattr(owner, name)
+
+        def failing(*args, **kwargs):
+            calls.append(1)
+            if len(calls) != step:
+                return real(*args, **kwargs)
+            if pool is None:
+                raise RuntimeError("this step fails")
+            return real(every_rank_fails, *args[1:], **kwargs)
+
+        setattr(owner, name, failing)
+        try:
+            yield
+        finally:
+            delattr(owner, name)  # the instance attribute goes; the method shows again
+
+    def generate(self, ending: str | None, within: int) -> None:
+        """``ending``: None (run to the end), "interrupt" (Ctrl-C after step ``within`` from now) or
+        "fail" (the forward pass ``within`` from now raises)."""
         count = self.rng.randrange(1, 5)
         drawn = [self.prompt() for _ in range(count)]
         params = [self.params() for _ in range(count)]
         one_params = self.rng.random() < 0.3
         if one_params:
             params = [params[0]] * count
-        stop_at = len(self.llm.step_trace) + self.rng.randrange(1, 6) if interrupt else None
+        stop_at = len(self.llm.step_trace) + within if ending == "interrupt" else None
+        fail_at = within if ending == "fail" else None
 
         def on_step(step):
             if step == stop_at:
@@ -152,12 +186,18 @@ class Fuzzer:
 
         prompts = [form for form, _ in drawn]
         single = count == 1 and self.rng.random() < 0.5
-        self.log.append(f"generate({prompts!r}, [{', '.join(map(short, params))}], interrupt at step {stop_at})")
+        self.log.append(f"generate({prompts!r}, [{', '.join(map(short, params))}], interrupt at step {stop_at}, "
+                        f"forward pass {fail_at} from now fails)")
         try:
-            outputs = self.llm.generate(prompts[0] if single else prompts, params[0] if one_params else params,
-                                        on_step=on_step, use_tqdm=False)
+            with self.failing_step(fail_at):
+                outputs = self.llm.generate(prompts[0] if single else prompts, params[0] if one_params else params,
+                                            on_step=on_step, use_tqdm=False)
         except KeyboardInterrupt:
             self.tally["interrupted"] += 1
+            return
+        except RuntimeError as error:
+            assert fail_at is not None and "this step fails" in str(error), error
+            self.tally["failed"] += 1
             return
         assert len(outputs) == count
         for output, (_, ids), one in zip(outputs, drawn, params):
@@ -237,11 +277,13 @@ class Fuzzer:
 
     def run(self, calls: int) -> None:
         try:
-            for _ in range(calls):
-                kind = self.rng.random()
-                if kind < 0.45:
-                    self.generate(interrupt=self.rng.random() < 0.25)
-                elif kind < 0.7:
+            for call in range(calls):
+                # each kind once at the start (an ending at the first step always happens), then at random
+                kind = KINDS[call] if call < len(KINDS) else self.rng.choices(KINDS, weights=(30, 8, 7, 25, 30))[0]
+                if kind.startswith("generate"):
+                    ending = kind.partition(" ")[2] or None
+                    self.generate(ending, 1 if call < len(KINDS) else self.rng.randrange(1, 6))
+                elif kind == "session":
                     self.session()
                 else:
                     self.invalid()
@@ -251,6 +293,7 @@ class Fuzzer:
                                  "the calls so far:\n" + "\n".join(self.log[-40:])) from error
 
 
+KINDS = ("generate", "generate interrupt", "generate fail", "session", "invalid")
 VARIANTS = {  # name: (the engine's options, calls)
     "recompute": (dict(num_gpu_blocks=10), 90),
     "swap": (dict(num_gpu_blocks=10, preemption_mode="swap"), 50),
@@ -286,8 +329,8 @@ def test_random_calls_leave_the_engine_correct(tiny_model, references, variant):
     with LLM(tiny_model, tokenizer=SmallTokenizer(), **TIGHT, **options) as llm:
         fuzzer = Fuzzer(llm, reference, random.Random(f"{FUZZ_SEED}-{variant}"), variant)
         fuzzer.run(calls)
-    # the run did exercise what it is meant to, not just easy paths
-    assert min(fuzzer.tally[k] for k in ("interrupted", "refused", "aborted", "compared")) > 0, fuzzer.tally
+    # the run did exercise what it is meant to, not just easy paths (another FUZZ_SEED may need more calls)
+    assert min(fuzzer.tally[k] for k in ("interrupted", "failed", "refused", "aborted", "compared")) > 0, fuzzer.tally
     assert llm.scheduler.total_preemptions > 0
     if "kv_offload_blocks" in options:
         assert llm.kv_cache_manager.prefix_cache_stats.cpu_hit_tokens > 0
