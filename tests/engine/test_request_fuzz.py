@@ -4,8 +4,9 @@ Each run draws, from a fixed fuzz seed (``FUZZ_SEED`` in the environment picks a
 ``generate`` (prompts as text, ids or vLLM's prompt dicts; greedy, seeded and unseeded sampling,
 stop strings and ids, ``min_tokens``, ``logprobs``, ``n > 1``), some stopped by Ctrl-C (a
 ``KeyboardInterrupt`` from ``on_step``) or by a step whose forward pass raises (on every rank),
-``add_request``/``step``/``abort_request`` sessions, and invalid requests. Small KV pools force preemption; variants add swapping, the offload tier,
-n-gram and draft-model speculation, and two tensor-parallel ranks.
+``add_request``/``step``/``abort_request`` sessions, and invalid requests. Small KV pools force
+preemption; variants add swapping, the offload tier, n-gram and draft-model speculation, and two
+tensor-parallel ranks.
 
 Checked after every call: an invalid request raised ``ValueError`` and queued nothing; no request
 is left in flight and every block is back in the pool; every greedy output, and without
