@@ -11,21 +11,25 @@ Conventions (all symmetric, round to nearest, codes in -127..127 so that negatio
   int32, and the two scales are applied once per output element afterwards.
 
 Which kernels run (measured in torch 2.13 on this project's 2-core AVX2 CPU; see
-``course_lib/quant/serving_benchmark.py`` for the whole-model numbers):
+``course_lib/engine/quant_benchmark.py`` for the whole-model numbers):
 
 * Weight-only int8 on the CPU: ``torch._weight_int8pack_mm`` (int8 codes times 16-bit activations,
   per-channel scales) for bfloat16 inputs, where it is vectorised: 4-30x faster than dequantize +
   matmul at 1-256 rows. In float32 and float16 its x86 loop is scalar, 2-250x *slower* than
   dequantize + matmul, so those keep dequantize + matmul (:func:`int8pack_fits`).
-* W8A8: ``torch._int_mm`` on the CPU for every shape (torch 2.13 accepts any M, K, N there; on
-  this AVX2 CPU without VNNI it is slower than float32 matmul); on CUDA, whose ``_int_mm`` wants
+* W8A8: ``torch._int_mm`` on a CPU with int8 dot-product instructions (x86 VNNI or AMX, Arm's
+  dot-product or i8mm: :func:`cpu_has_int8_dot`), for every shape (torch 2.13 accepts any M, K, N
+  there). Without them its loop is scalar: on this AVX2 CPU it was 14-35x slower than the exact
+  float32 emulation at 16-4,096 rows, so such CPUs emulate (:func:`int_mm_emulated`). On CUDA, whose ``_int_mm`` wants
   M > 16 and K, N multiples of 8, the operands are zero-padded to such a shape and the result
   sliced (:func:`cuda_int_mm_shape`), which is exact: zero rows and columns add nothing to a sum.
 """
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +39,7 @@ INT_MM = "torch._int_mm"
 EMULATED = "emulated int32"
 INT8PACK = "torch._weight_int8pack_mm"
 INT8PACK_K_MULTIPLE = 16  # the kernel loads 16 activations at a time (AVX-512) with aligned loads
+INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm"})  # x86, then Arm
 CUDA_MIN_ROWS = 17  # CUDA's _int_mm needs M > 16 ...
 CUDA_MULTIPLE = 8  # ... and K, N multiples of 8 (K > 16 too)
 
@@ -95,19 +100,39 @@ def quantize_activations_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def int_mm_emulated(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a [M, K] int8 @ b [K, N] int8 -> int32 [M, N]``, exactly, on any device.
 
-    Why float64 is exact here: each product has ``|a*b| <= 128 * 128 = 2**14`` and a dot product
-    of length K is at most ``K * 2**14`` in magnitude; every partial sum is an integer of that
-    size, and float64 represents every integer up to ``2**53`` exactly, so no addition rounds
-    as long as ``K <= 2**39`` -- whatever order the matmul sums in. (float32, exact only to
-    ``2**24``, would already round for K > 1024.) The result is then cast to int32, which holds
-    it exactly while ``K * 2**14 < 2**31``, i.e. K <= 131071: the same limit a real int32
-    accumulator has. int64 matmul would also be exact but is not implemented on CUDA.
+    Why a float matmul is exact here: each product has ``|a*b| <= 128 * 128 = 2**14`` and a dot
+    product of length K is at most ``K * 2**14`` in magnitude; every partial sum is an integer of
+    that size, so no addition rounds while it stays within the float's exact integers, whatever
+    order the matmul sums in: float32 (``2**24``) for K <= 1024 on the CPU, float64 (``2**53``)
+    otherwise (CUDA's float32 matmul may run in TF32, which rounds). The result is then cast to
+    int32, which holds it exactly while ``K * 2**14 < 2**31``, i.e. K <= 131071: the same limit a
+    real int32 accumulator has. int64 matmul would also be exact but is not implemented on CUDA.
     """
     if a.dtype != torch.int8 or b.dtype != torch.int8:
         raise ValueError(f"int_mm_emulated expects int8 operands, got {a.dtype} and {b.dtype}")
     if a.shape[1] >= 2**31 // 2**14:
         raise ValueError(f"K={a.shape[1]} could overflow an int32 accumulator; split K into chunks below 131072")
-    return (a.to(torch.float64) @ b.to(torch.float64)).to(torch.int32)
+    exact = torch.float32 if a.device.type == "cpu" and a.shape[1] * 2**14 <= 2**24 else torch.float64
+    return (a.to(exact) @ b.to(exact)).to(torch.int32)
+
+
+@cache
+def cpu_has_int8_dot() -> bool:
+    """Whether this CPU has int8 dot-product instructions, which make ``torch._int_mm`` fast on it:
+    a flag of ``INT8_DOT_FLAGS`` in /proc/cpuinfo; where that cannot be read, True on Arm64
+    (Apple silicon has them) and False elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            words = {word for line in cpuinfo if line.startswith(("flags", "Features")) for word in line.split()}
+    except OSError:
+        return platform.machine().lower() in ("arm64", "aarch64")
+    return bool(words & INT8_DOT_FLAGS)
+
+
+def int_mm_runs_on(device: torch.device | str) -> bool:
+    """Whether :func:`int8_matmul` takes ``torch._int_mm`` on ``device`` (else the exact emulation)."""
+    kind = torch.device(device).type
+    return hasattr(torch, "_int_mm") and (kind == "cuda" or (kind == "cpu" and cpu_has_int8_dot()))
 
 
 def _round_up(size: int, multiple: int) -> int:
@@ -136,10 +161,10 @@ def pad_for_cuda_int_mm(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor,
 def int8_matmul(a: torch.Tensor, b: torch.Tensor, force_emulation: bool = False) -> tuple[torch.Tensor, str]:
     """``a [M, K] int8 @ b [K, N] int8 -> (int32 [M, N], path)``; path says which implementation ran.
 
-    ``torch._int_mm`` on the CPU as it is, on CUDA through :func:`pad_for_cuda_int_mm` (so decode's
-    few rows never fall back to a float64 matmul); :func:`int_mm_emulated` on other devices,
-    without ``_int_mm``, or with ``force_emulation``."""
-    if force_emulation or not hasattr(torch, "_int_mm") or a.device.type not in ("cpu", "cuda"):
+    ``torch._int_mm`` on a CPU with int8 dot-product instructions as it is, on CUDA through
+    :func:`pad_for_cuda_int_mm` (so decode's few rows never fall back to a float64 matmul);
+    :func:`int_mm_emulated` elsewhere (:func:`int_mm_runs_on`), or with ``force_emulation``."""
+    if force_emulation or not int_mm_runs_on(a.device):
         return int_mm_emulated(a, b), EMULATED
     if a.device.type == "cpu":
         return torch._int_mm(a.contiguous(), b), INT_MM

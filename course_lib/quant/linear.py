@@ -43,6 +43,7 @@ from course_lib.quant.int8 import (
     dequantize_int8,
     int8pack_fits,
     int8pack_matmul,
+    int_mm_runs_on,
     quantize_int8,
     w8a8_matmul,
 )
@@ -212,8 +213,7 @@ def matmul_path(scheme: str, device: torch.device | str, dtype: torch.dtype, ker
     if scheme == "int4":
         return int4_path(kernel, x)
     if scheme == "w8a8":
-        on_int_mm = hasattr(torch, "_int_mm") and x.device.type in ("cpu", "cuda")
-        return INT_MM if on_int_mm else EMULATED
+        return INT_MM if int_mm_runs_on(x.device) else EMULATED
     return INT8PACK if kernel == "auto" and int8pack_fits(x, in_features) else TORCH_PATH
 
 

@@ -10,6 +10,7 @@ from course_lib.quant.int8 import (
     dequantize_int8,
     int8_matmul,
     int_mm_emulated,
+    int_mm_runs_on,
     quantize_activations_int8,
     quantize_int8,
     w8a8_matmul,
@@ -73,9 +74,7 @@ def test_int_mm_and_emulation_agree_on_cpu():
     fast, path = int8_matmul(a, b)
     slow, slow_path = int8_matmul(a, b, force_emulation=True)
     assert slow_path == EMULATED
-    assert path in (INT_MM, EMULATED)
-    if hasattr(torch, "_int_mm"):
-        assert path == INT_MM  # torch 2.13 has a CPU kernel
+    assert path == (INT_MM if int_mm_runs_on("cpu") else EMULATED)
     assert torch.equal(fast, slow)
 
 
@@ -88,7 +87,7 @@ def test_w8a8_within_quantization_bound(force_emulation, shape):
     w = torch.randn(96, k, generator=gen) * 0.05
     qw = quantize_int8(w)
     y, path = w8a8_matmul(x, qw, force_emulation=force_emulation)
-    assert path == (EMULATED if force_emulation else INT_MM if hasattr(torch, "_int_mm") else EMULATED)
+    assert path == (INT_MM if int_mm_runs_on("cpu") and not force_emulation else EMULATED)
     assert y.shape == (*shape[:-1], 96) and y.dtype == x.dtype
     ref = x.double() @ w.double().t()
     # |x^ w^ - x w| <= |x^| |w^ - w| + |w| |x^ - x| <= |x^| s_w / 2 + |w| s_x / 2, summed over K
@@ -118,3 +117,47 @@ def test_w8a8_rejects_wrong_k():
 def test_weight_rejects_non_2d():
     with pytest.raises(ValueError, match="2-D"):
         quantize_int8(torch.randn(8))
+
+
+@pytest.mark.parametrize("k", [1, 1024, 1025, 4096])
+def test_emulation_is_exact_at_the_float32_limit_and_past_it(k):
+    """K <= 1024 sums in float32 on the CPU, longer K in float64: exact either way, even with every
+    product at its extreme 2**14 (a float32 sum of 1,025 of them would already round)."""
+    a = torch.full((3, k), -128, dtype=torch.int8)
+    b = torch.full((k, 2), -128, dtype=torch.int8)
+    b[0, 1] = 1  # one odd product: an exact sum keeps it
+    assert torch.equal(int_mm_emulated(a, b).long(), a.long() @ b.long())
+
+
+@pytest.mark.parametrize("has_dot", [True, False])
+def test_w8a8_takes_int_mm_only_where_the_cpu_has_int8_dot_products(monkeypatch, has_dot):
+    """Without VNNI/AMX (x86) or dot-product/i8mm (Arm) torch._int_mm's CPU loop is scalar and an
+    order of magnitude slower than the exact emulation, so the path follows the CPU's flags."""
+    from course_lib.quant import int8
+
+    monkeypatch.setattr(int8, "cpu_has_int8_dot", lambda: has_dot)
+    a = torch.randint(-127, 128, (5, 64), dtype=torch.int8)
+    b = torch.randint(-127, 128, (64, 8), dtype=torch.int8)
+    got, path = int8_matmul(a, b)
+    assert path == (INT_MM if has_dot and hasattr(torch, "_int_mm") else EMULATED)
+    assert torch.equal(got.long(), a.long() @ b.long())
+
+
+def test_the_int8_dot_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
+    from course_lib.quant import int8
+
+    def flags_are(line):
+        (tmp_path / "cpuinfo").write_text(f"processor : 0\n{line}\n")
+        real_open = open
+        monkeypatch.setattr("builtins.open", lambda path, *a, **kw: real_open(
+            tmp_path / "cpuinfo" if path == "/proc/cpuinfo" else path, *a, **kw))
+        int8.cpu_has_int8_dot.cache_clear()
+        try:
+            return int8.cpu_has_int8_dot()
+        finally:
+            int8.cpu_has_int8_dot.cache_clear()
+            monkeypatch.undo()
+
+    assert flags_are("flags : fpu sse avx2 avx512f avx512_vnni")
+    assert flags_are("Features : fp asimd asimddp")
+    assert not flags_are("flags : fpu sse avx2 fma")

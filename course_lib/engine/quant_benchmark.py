@@ -1,7 +1,7 @@
 """What each quantization scheme saves when the engine serves: decode speed, weight and KV bytes, the matmul that ran.
 
-    python -m course_lib.quant.serving_benchmark                 # ~1-2 minutes on 2 cores
-    python -m course_lib.quant.serving_benchmark --json benchmarks/results/quant_serving_2cpu.json
+    python -m course_lib.engine.quant_benchmark                 # ~1-2 minutes on 2 cores
+    python -m course_lib.engine.quant_benchmark --json benchmarks/results/quant_serving_2cpu.json
 
 The same prompts (slices of the tiny model's training text) are served greedily with
 ``LLM("tiny-llama")`` in full precision and with each scheme (``ROWS``), in float32 and in
