@@ -27,6 +27,7 @@ import pytest
 import torch
 from torch import nn
 
+from course_lib.models.cached_greedy import DenseKVCache, greedy_batch
 from course_lib.models.corpus import corpus
 from course_lib.models.generate import greedy_reference
 from course_lib.quant import gate
@@ -105,11 +106,39 @@ def test_agreement_counts_positions_before_the_first_difference():
     assert gate.agreement(base, other) == {"agreement": (0.5 + 1) / 2, "identical": 0.5, "continuations": 2}
 
 
-def test_batched_greedy_is_greedy_reference(tiny, data):
+@pytest.mark.parametrize("scheme", [None, "w8a8", gate.KV_FP8])
+def test_batched_greedy_with_a_kv_cache_is_greedy_reference(tiny, data, scheme):
+    """The gate's cached greedy equals the cache-free reference row by row, also with per-token
+    activation quantization (w8a8) and with K/V rounded through fp8 on write (kv-fp8)."""
+    model = tiny if scheme is None else copy.deepcopy(tiny)
+    if scheme is not None:
+        gate.prepare(model, scheme)
     prompts = gate.continuation_prompts(data, 3)
-    batched = gate.greedy_batch(tiny, prompts, 8)
+    batched = greedy_batch(model, prompts, 8)
     for prompt, row in zip(prompts.tolist(), batched.tolist()):
-        assert greedy_reference(tiny, prompt, 8) == row
+        assert greedy_reference(model, prompt, 8) == row
+
+
+@pytest.mark.parametrize("kv_scales", [None, (0.01, 0.02)])
+def test_dense_kv_cache_attends_like_forward_dense_in_chunks(tiny, data, kv_scales):
+    """Prompt, then a 3-token chunk, then single tokens: the last logits of each call equal
+    forward_dense over the whole prefix (the chunk's causal mask is offset by what is cached)."""
+    model = copy.deepcopy(tiny)
+    for layer in model.model.layers:
+        layer.self_attn.kv_scales = kv_scales
+    tokens = gate.continuation_prompts(data, 2)[:, :14]
+    attn = model.model.layers[0].self_attn
+    caches = [torch.zeros(2, 2, 14, attn.num_kv_heads, attn.head_dim) for _ in model.model.layers]
+    start = 0
+    with torch.inference_mode():
+        for width in (8, 3, 1, 1, 1):
+            chunk = tokens[:, start:start + width]
+            positions = torch.arange(start, start + width).repeat(2)
+            every = torch.arange(2 * width)
+            got = model.forward(chunk.flatten(), positions, caches, DenseKVCache(2, start, width), every)
+            want = model.forward_dense(tokens[:, :start + width])[:, start:]
+            torch.testing.assert_close(got, want.flatten(0, 1), rtol=1e-4, atol=1e-4)
+            start += width
 
 
 def test_code_prompts_end_inside_a_code_line(data):
