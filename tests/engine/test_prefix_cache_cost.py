@@ -12,9 +12,9 @@ def test_pairs_alternate_never_hit_and_restore_the_thread_count(monkeypatch):
     served = []
     generate = prefix_cache_cost.LLM.generate
 
-    def recording(engine, prompts, params):
+    def recording(engine, prompts, params, **options):
         served.append(engine.kv_cache_manager.enable_caching)
-        return generate(engine, prompts, params)
+        return generate(engine, prompts, params, **options)
 
     monkeypatch.setattr(prefix_cache_cost.LLM, "generate", recording)
     threads = torch.get_num_threads()
