@@ -43,6 +43,7 @@ def _rows(owner: str, status: str, *entries) -> list[Argument]:
 
 
 _DROP = "drop the argument"
+_LORA = "LoRA adapters: serve the base model, or merge the adapter into its weights first"
 ARGUMENTS: tuple[Argument, ...] = tuple([
     *_rows("LLM", "supported", "model", "max_num_seqs", "max_num_batched_tokens",
            "max_model_len", "block_size", "gpu_memory_utilization", "enable_prefix_caching",
@@ -74,7 +75,7 @@ ARGUMENTS: tuple[Argument, ...] = tuple([
            ("enable_chunked_prefill", "always on (chunked prefill falls out of the token budget); "
                                       "False is refused", True)),
     *_rows("LLM", "unsupported",
-           ("enable_lora", "LoRA adapters: serve the base model, or merge the adapter into its weights first"),
+           ("enable_lora", _LORA),
            ("max_loras", "LoRA adapters: " + _DROP), ("max_lora_rank", "LoRA adapters: " + _DROP),
            ("pipeline_parallel_size", "use tensor_parallel_size"),
            ("data_parallel_size", "start one LLM per replica"),
@@ -110,7 +111,7 @@ ARGUMENTS: tuple[Argument, ...] = tuple([
     *_rows("generate", "different", ("cache_salt", "vLLM reads it from the prompt dict; here it is an argument")),
     *_rows("generate", "course-only", ("on_step", "called with the step count after every step")),
     *_rows("generate", "unsupported",
-           ("lora_request", "LoRA adapters: serve the base model, or merge the adapter into its weights first"),
+           ("lora_request", _LORA),
            ("prompt_adapter_request", "prompt adapters: put the prefix into the prompt text"),
            ("guided_options_request", "no structured output here; check or retry the text after generating"),
            ("tokenization_kwargs", "prompts are tokenized whole; pass token ids to control tokenization")),
@@ -122,7 +123,7 @@ ARGUMENTS: tuple[Argument, ...] = tuple([
            ("chat_template_content_format", "contents are strings; " + _DROP),
            ("continue_final_message", "render the text yourself and call generate"),
            ("tools", "no tool calling here; " + _DROP),
-           ("lora_request", "LoRA adapters: serve the base model, or merge the adapter into its weights first"),
+           ("lora_request", _LORA),
            ("mm_processor_kwargs", "text only; " + _DROP)),
     *_rows("SamplingParams", "supported", "n", "temperature", "top_p", "top_k", "min_tokens", "stop",
            "stop_token_ids", "ignore_eos", ("max_tokens", "None: up to max_model_len, as vLLM"), "min_p", "presence_penalty", "frequency_penalty",
