@@ -1,16 +1,19 @@
 """Module 04's simulation widgets: the disaggregation comparison and the speculation QPS sweep."""
 
+import json
 import re
 import time
 
 import pytest
 
+from course_lib.engine import disaggregation_grid
+from course_lib.engine.disaggregated import long_prompts_among_chats
+from course_lib.engine.precomputed_grid import grid_json
 from course_lib.engine.simulated_speculation import SimulatedSpeculation
 from course_lib.engine.speculation_grid import ACCEPTANCE_RATES, DRAFT_COUNTS, DRAFTERS, grid_speculation, lookup
 from course_lib.engine.speculation_sweep import SweepPoint
 from course_lib.perf.serving import expected_tokens_per_step
 from course_lib.perf.units import format_number
-from course_lib.widgets import serving_simulations
 from course_lib.widgets.serving_simulations import (DisaggregationExplorer, SpeculationSweepExplorer, sweep_figure,
                                                      sweep_verdict)
 from tests.plotly_extents import decades_beyond, figure_extents
@@ -20,7 +23,7 @@ E_NOTATION = re.compile(r"\de[+-]?\d")
 
 def test_disaggregation_explorer_shows_the_tail_gap_and_redraws():
     explorer = DisaggregationExplorer(document_tokens=8000)
-    before, after = explorer.comparison.table("chat")["itl_max_ms"]
+    before, after = explorer.summary.table("chat")["itl_max_ms"]
     assert after < before / 3  # the decode pool never runs a prefill chunk
     assert f"{format_number(before)} ms colocated, {format_number(after)} ms" in explorer.readout.value
     assert "<table" in explorer.readout.value and "output tokens / time to finish" in explorer.readout.value
@@ -33,28 +36,58 @@ def test_disaggregation_explorer_shows_the_tail_gap_and_redraws():
 def test_the_disaggregation_table_says_whose_latency_it_shows():
     """The headline is the chat users' worst gap; the table's latency rows are the chat users' too."""
     explorer = DisaggregationExplorer(document_tokens=8000)
-    chat = explorer.comparison.table("chat")
-    total = len(explorer.comparison.colocated.requests)
+    chat = explorer.summary.table("chat")
+    total = explorer.summary.colocated.requests
     assert total > 32 and f"Latency of the 32 chat requests (of {total} in the workload)" in explorer.readout.value
     cells = re.sub(r"<(t[dh])[^>]*>", r"<\1>", explorer.readout.value)
     assert f"<td>worst ITL gap (ms)</td><td>{format_number(chat['itl_max_ms'][0])}</td>" in cells
     assert f"<td>TTFT P99 (ms)</td><td>{format_number(chat['ttft_p99_ms'][0])}</td>" in cells
 
 
-def test_while_the_disaggregation_simulates_the_readout_names_the_new_settings_not_old_numbers(monkeypatch):
+def test_the_disaggregation_explorer_answers_every_control_from_the_grid_without_simulating(monkeypatch):
+    """A live comparison took 0.8-1.4 s of CPU on a slow 2-core machine, over the 1 s a control
+    may take: every move is now a lookup of the same comparison run ahead."""
     explorer = DisaggregationExplorer(document_tokens=8000)
-    shown_while_running = []
 
-    def compare(*args, **kwargs):
-        shown_while_running.append(explorer.readout.value)
-        return original(*args, **kwargs)
+    def refuse(*args, **kwargs):
+        raise AssertionError("the explorer simulated instead of looking its setting up")
 
-    original = serving_simulations.compare_disaggregation
-    monkeypatch.setattr(serving_simulations, "compare_disaggregation", compare)
-    explorer.decode.value = 3
-    [during] = shown_while_running
-    assert "Simulating 8,000-token documents; 2 prefill GPUs + 3 decode GPUs" in during and "ms colocated" not in during
-    assert "2 prefill GPUs + 3 decode GPUs against 5 colocated" in explorer.readout.value
+    monkeypatch.setattr(disaggregation_grid, "compare_disaggregation", refuse)
+    for control, value in ((explorer.document, 32000), (explorer.prefill, 4), (explorer.decode, 1),
+                           (explorer.pipelined, False), (explorer.document, 1000)):
+        started = time.perf_counter()
+        control.value = value
+        assert time.perf_counter() - started < 0.2
+        assert f"<b>{explorer.settings()}</b>" in explorer.readout.value
+    assert "1,000-token documents; 4 prefill GPUs + 1 decode GPU against 5 colocated; KV sent after each prefill" \
+        in explorer.readout.value
+    assert [label for label, _ in explorer.document.options][::3] == ["1,000", "8,000", "20,000", "32,000"]
+
+
+def test_a_disaggregation_setting_off_the_grid_is_refused_with_the_grid_named():
+    with pytest.raises(ValueError, match=r"documents of 1,000, 2,000, 4,000.*32,000 tokens and 1 to 4 GPUs"):
+        DisaggregationExplorer(document_tokens=3000)
+    with pytest.raises(ValueError, match="run compare_disaggregation"):
+        disaggregation_grid.lookup(16000, 5, 2, True)
+
+
+def test_the_disaggregation_grid_holds_every_setting_and_equals_live_runs():
+    """The shipped file against compare_disaggregation run now, at the corners and the lesson's
+    setting (six significant digits stored)."""
+    grid = disaggregation_grid.load_grid()
+    assert list(grid) == [disaggregation_grid.grid_key(*s) for s in disaggregation_grid.grid_settings()]
+    assert len(grid) == 10 * 4 * 4 * 2
+    text = disaggregation_grid.GRID_PATH.read_text()
+    assert grid_json(json.loads(text), "summaries") == text  # one setting per line, as recompute_main writes it
+    for setting in ((16000, 2, 2, True), (32000, 4, 1, False), (1000, 1, 4, True)):
+        assert disaggregation_grid.run_setting(*setting).rounded() == disaggregation_grid.lookup(*setting)
+
+
+def test_the_summary_keeps_one_tag_and_says_so():
+    summary = disaggregation_grid.lookup(16000, 2, 2, True)
+    assert summary.table("chat") is summary.rows
+    with pytest.raises(ValueError, match="kept the rows of the 'chat' requests only"):
+        summary.table(None)
 
 
 def test_the_sweep_explorer_finds_where_speculation_stops_paying():
@@ -153,9 +186,9 @@ def test_the_disaggregation_table_keeps_its_columns_apart_and_says_how_its_ratio
     assert [text for _, text in headers][1:] == ["colocated, 4 GPUs", "disaggregated, 2 prefill GPUs + 2 decode GPUs",
                                                  "ratio: disaggregated ÷ colocated"]
     assert all("padding" in style for style, _ in headers)
-    table = explorer.comparison.table("chat")
+    table = explorer.summary.table("chat")
     assert f">{table['itl_max_ms'][1] / table['itl_max_ms'][0]:.2f}</td>" in html
-    assert explorer.document.readout_format == ",d"  # 32,000 on the slider, as in the text
+    assert ("32,000", 32000) in explorer.document.options  # 32,000 on the slider, as in the text
 
 
 def test_one_gpu_per_pool_is_singular():
@@ -167,7 +200,7 @@ def test_one_gpu_per_pool_is_singular():
 def test_every_document_length_is_compared_on_the_same_chats_and_follow_ups():
     """58 requests at 16,000 tokens, 66 at 32,000: the follow-ups were drawn after the documents'
     tokens, so the length changed them. Now only the documents' prompts change."""
-    short, long = (serving_simulations.documents_among_chats(n) for n in (1000, 32000))
+    short, long = (long_prompts_among_chats(n) for n in (1000, 32000))
     assert len(short) == len(long)
     others = [[r for r in workload if r.tag != "document"] for workload in (short, long)]
     assert others[0] == others[1]
@@ -183,14 +216,13 @@ def test_the_readout_says_what_the_time_to_finish_measures_computed(document_tok
     done, set by its last chat stream's first token and gaps, not capacity. The readout says so
     with this run's numbers, whichever layout wins."""
     explorer = DisaggregationExplorer(document_tokens=document_tokens)
-    comparison, text = explorer.comparison, explorer.readout.value
-    ratio = comparison.disaggregated.output_tokens_per_s / comparison.colocated.output_tokens_per_s
-    assert f"Output tokens / time to finish, disaggregated ÷ colocated: {ratio:.2f}." in text
-    for report in (comparison.colocated, comparison.disaggregated):
-        last = report.last_to_finish
-        assert last.token_times[-1] == report.duration_s and last.tag == "chat" and len(last.token_times) == 1000
-        gaps = last.itl_s
-        assert f"then gaps of {format_number(1e3 * sum(gaps) / len(gaps))} ms on average" in text
+    summary, text = explorer.summary, explorer.readout.value
+    ratio = summary.table("chat")["output_tokens_per_s"]
+    assert f"Output tokens / time to finish, disaggregated ÷ colocated: {ratio[1] / ratio[0]:.2f}." in text
+    for finish in (summary.colocated, summary.disaggregated):
+        assert finish.last_token_s == finish.duration_s and finish.last_tag == "chat"
+        assert finish.last_output_tokens == 1000
+        assert f"then gaps of {format_number(finish.last_mean_gap_ms)} ms on average" in text
     assert "not how many the GPUs could serve" in text
 
 
@@ -201,5 +233,5 @@ def test_the_split_finishes_sooner_the_longer_the_documents():
     ratios = []
     for tokens in (1000, 8000, 16000, 24000, 32000):
         explorer.document.value = tokens
-        ratios.append(explorer.comparison.colocated.duration_s / explorer.comparison.disaggregated.duration_s)
+        ratios.append(explorer.summary.colocated.duration_s / explorer.summary.disaggregated.duration_s)
     assert ratios[0] < 1 < ratios[-1] and ratios == sorted(ratios)

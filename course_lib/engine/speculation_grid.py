@@ -15,13 +15,12 @@ with the sweep's own defaults (``SWEEP_DEFAULTS``); each stored point equals wha
 
 from __future__ import annotations
 
-import argparse
 import functools
 import inspect
 import json
-import time
 from pathlib import Path
 
+from course_lib.engine.precomputed_grid import recompute_main, rounded, setting_of
 from course_lib.engine.simulated_speculation import SimulatedSpeculation
 from course_lib.engine.speculation_sweep import SweepPoint, speculation_qps_sweep
 from course_lib.perf.models import get_model
@@ -53,11 +52,6 @@ def grid_speculation(acceptance_rate: float, num_speculative_tokens: int, drafte
     return SimulatedSpeculation(num_speculative_tokens, round(acceptance_rate, 2), drafter and get_model(drafter))
 
 
-def _rounded(value: float) -> float:
-    """Six significant digits for a measured float; whole numbers (the rate, the request count) as they are."""
-    return value if isinstance(value, int) else float(f"{value:.6g}")
-
-
 def compute_grid(on_setting=None) -> dict:
     """Run the sweep for every setting of ``grid_keys()``, each rate's run without speculation
     once; ``on_setting(i, total)`` reports progress. Answers the file's content."""
@@ -66,20 +60,12 @@ def compute_grid(on_setting=None) -> dict:
         for k in DRAFT_COUNTS:
             for a in ACCEPTANCE_RATES:
                 sweep = speculation_qps_sweep(list(QPS_VALUES), grid_speculation(a, k, drafter), baselines=baselines)
-                points[grid_key(a, k, drafter)] = [[_rounded(getattr(p, f)) for f in FIELDS] for p in sweep]
+                points[grid_key(a, k, drafter)] = [[rounded(getattr(p, f)) for f in FIELDS] for p in sweep]
                 if on_setting is not None:
                     on_setting(len(points), total)
     return {"about": "python -m course_lib.engine.speculation_grid: speculation_qps_sweep for every setting of "
                      "module 04's SpeculationSweepExplorer", "sweep": SWEEP_DEFAULTS, "qps": list(QPS_VALUES),
             "fields": list(FIELDS), "points": points}
-
-
-def grid_json(grid: dict) -> str:
-    """The grid as JSON with one line per setting, so a diff of a recomputed file reads by setting."""
-    head = {key: value for key, value in grid.items() if key != "points"}
-    lines = [f"  {json.dumps(key)}: {json.dumps(value)}," for key, value in head.items()]
-    rows = [f"    {json.dumps(key)}: {json.dumps(value)}" for key, value in grid["points"].items()]
-    return "{\n" + "\n".join(lines) + '\n  "points": {\n' + ",\n".join(rows) + "\n  }\n}\n"
 
 
 @functools.cache
@@ -91,29 +77,15 @@ def load_grid(path: Path = GRID_PATH) -> dict[str, list[SweepPoint]]:
 
 def lookup(acceptance_rate: float, num_speculative_tokens: int, drafter: str | None) -> list[SweepPoint]:
     """The precomputed sweep of one setting; a setting off the grid is refused with the grid's values."""
-    key = grid_key(acceptance_rate, num_speculative_tokens, drafter)
-    grid = load_grid()
-    if key not in grid:
-        raise ValueError(f"No precomputed sweep for {key}: the grid has acceptance rates {ACCEPTANCE_RATES[0]:.2f} to "
-                         f"{ACCEPTANCE_RATES[-1]:.2f} in steps of 0.05, k from {DRAFT_COUNTS[0]} to {DRAFT_COUNTS[-1]} "
-                         f"and the drafters {[d or 'n-gram' for d in DRAFTERS]}; pick one of those, or run "
-                         "speculation_qps_sweep yourself.")
-    return grid[key]
+    offered = (f"acceptance rates {ACCEPTANCE_RATES[0]:.2f} to {ACCEPTANCE_RATES[-1]:.2f} in steps of 0.05, k from "
+               f"{DRAFT_COUNTS[0]} to {DRAFT_COUNTS[-1]} and the drafters {[d or 'n-gram' for d in DRAFTERS]}")
+    return setting_of(load_grid(), grid_key(acceptance_rate, num_speculative_tokens, drafter), "sweep", offered,
+                      "speculation_qps_sweep")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Precompute module 04's speculation sweep for every explorer setting.")
-    parser.add_argument("--output", type=Path, default=GRID_PATH, help="where to write the grid (JSON)")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-
-    def report(done: int, total: int) -> None:
-        print(f"{done}/{total} settings, {time.perf_counter() - started:.0f} s", flush=True)
-
-    grid = compute_grid(report)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(grid_json(grid))
-    print(f"wrote {args.output} ({len(grid['points'])} settings) in {time.perf_counter() - started:.0f} s")
+    recompute_main("Precompute module 04's speculation sweep for every explorer setting.", GRID_PATH, compute_grid,
+                   "points", argv)
 
 
 if __name__ == "__main__":

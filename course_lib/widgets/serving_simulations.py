@@ -2,21 +2,20 @@
 rate where speculative decoding stops paying.
 
 Both show simulated mode (the real scheduler on a roofline clock), and only what
-``engine.disaggregated`` and ``engine.speculation_sweep`` return. The disaggregation comparison
-runs on every change (well under a second); the speculation sweep takes seconds per setting, so
-its explorer looks each setting up in the grid ``engine.speculation_grid`` ran ahead. Every
-readout names the settings its numbers are for.
+``engine.disaggregated`` and ``engine.speculation_sweep`` return. Neither answers a slider within
+a second when run live (a comparison takes about a second of CPU, a sweep several), so each
+explorer looks its settings up in a grid run ahead: ``engine.disaggregation_grid`` and
+``engine.speculation_grid``. Every readout names the settings its numbers are for.
 """
 
 from __future__ import annotations
 
-import functools
-
 import ipywidgets as w
 import plotly.graph_objects as go
 
-from course_lib.engine.disaggregated import (ClusterReport, DisaggregationComparison, compare_disaggregation,
-                                             long_prompts_among_chats)
+from course_lib.engine import disaggregation_grid
+from course_lib.engine.disaggregation_grid import (DOCUMENT_TOKENS, GRID_TAG, POOL_SIZES, DisaggregationSummary,
+                                                   LayoutFinish)
 from course_lib.engine.simulated_speculation import SimulatedSpeculation
 from course_lib.engine.speculation_grid import (ACCEPTANCE_RATES, DRAFT_COUNTS, DRAFTERS, SWEEP_DEFAULTS,
                                                 grid_speculation, lookup)
@@ -41,38 +40,39 @@ SWEEP_SETTING = (f"{SWEEP_DEFAULTS['model']} on {SWEEP_DEFAULTS['tensor_parallel
 _CELL = "padding:2px 12px;text-align:{}"  # columns apart, numbers right-aligned
 
 
-def comparison_table(comparison: DisaggregationComparison, tag: str | None = None) -> str:
+def comparison_table(summary: DisaggregationSummary) -> str:
     """The two layouts side by side as HTML, with each row's ratio (disaggregated ÷ colocated),
     under a caption that says which requests the latency rows cover."""
-    table = comparison.table(tag)
+    table = summary.table(summary.tag)
     cells = "".join(f"<tr><td style='{_CELL.format('left')}'>{label}</td>"
                     + "".join(f"<td style='{_CELL.format('right')}'>{value}</td>" for value in (
                         format_number(table[key][0]), format_number(table[key][1]),
                         f"{table[key][1] / table[key][0]:.2f}"))
                     + "</tr>" for key, label in ROWS if table[key][0])
-    covered, total = len(comparison.colocated.ttft(tag)), len(comparison.colocated.requests)
-    who = f"all {total:,} requests" if tag is None else f"the {covered:,} {tag} requests (of {total:,} in the workload)"
-    headers = ("", comparison.colocated.layout, comparison.disaggregated.layout, "ratio: disaggregated ÷ colocated")
+    total = summary.colocated.requests
+    who = f"the {summary.tagged_requests:,} {summary.tag} requests (of {total:,} in the workload)"
+    headers = ("", summary.colocated.layout, summary.disaggregated.layout, "ratio: disaggregated ÷ colocated")
     return (f"<table style='border-collapse:collapse'><caption>Latency of {who}; the last "
             f"{WHOLE_WORKLOAD_ROWS} rows cover the whole workload</caption><tr>"
             + "".join(f"<th style='{_CELL.format('right')}'>{header}</th>" for header in headers) + f"</tr>{cells}</table>")
 
 
-def _last_stream(report: ClusterReport) -> str:
-    last = report.last_to_finish
-    gaps = last.itl_s
-    mean_gap = f", then gaps of {format_number(1e3 * sum(gaps) / len(gaps))} ms on average" if gaps else ""
-    return (f"{report.layout.split(',')[0]}, a {last.tag} request of {plural(len(last.token_times), 'output token')}: "
-            f"arrived at {format_number(last.arrival_s)} s, first token at {format_number(last.token_times[0])} s"
-            f"{mean_gap}, last at {format_number(last.token_times[-1])} s")
+def _last_stream(finish: LayoutFinish) -> str:
+    mean_gap = (f", then gaps of {format_number(finish.last_mean_gap_ms)} ms on average"
+                if finish.last_mean_gap_ms is not None else "")
+    return (f"{finish.layout.split(',')[0]}, a {finish.last_tag} request of "
+            f"{plural(finish.last_output_tokens, 'output token')}: arrived at {format_number(finish.last_arrival_s)} s, "
+            f"first token at {format_number(finish.last_first_token_s)} s{mean_gap}, last at "
+            f"{format_number(finish.last_token_s)} s")
 
 
-def finish_text(comparison: DisaggregationComparison) -> str:
+def finish_text(summary: DisaggregationSummary) -> str:
     """What the time-to-finish rows measure on this workload, computed (plain text): the ratio of
     the two layouts' output tokens / time to finish, and the request whose last token sets each
     layout's time, with its first token and its mean gap."""
-    colocated, split = comparison.colocated, comparison.disaggregated
-    ratio = split.output_tokens_per_s / colocated.output_tokens_per_s
+    colocated, split = summary.colocated, summary.disaggregated
+    per_s = summary.table(summary.tag)["output_tokens_per_s"]  # the whole workload's, whichever the tag
+    ratio = per_s[1] / per_s[0]
     return (f"Output tokens / time to finish, disaggregated ÷ colocated: {ratio:.2f}. That is how soon this "
             f"workload's {colocated.output_tokens:,} output tokens were all delivered, not how many the GPUs could "
             f"serve: each layout's time to finish is set by its last request ({_last_stream(colocated)}; "
@@ -81,23 +81,17 @@ def finish_text(comparison: DisaggregationComparison) -> str:
             f"the same GPUs serve under a load that saturates them, is a different measurement.")
 
 
-@functools.lru_cache(maxsize=4)
-def documents_among_chats(document_tokens: int) -> tuple:
-    """``long_prompts_among_chats(document_tokens)``, built once per length: drawing its token ids
-    takes about a quarter of a comparison's time, and its requests are frozen, so runs share them."""
-    return tuple(long_prompts_among_chats(document_tokens))
-
-
 class DisaggregationExplorer(w.VBox):
-    """Long prompts among chats on N GPUs, colocated and split into prefill and decode pools."""
+    """Long prompts among chats on N GPUs (Llama-3.1-8B on H100s), colocated and split into
+    prefill and decode pools. Each setting's comparison was run ahead with the real scheduler
+    (``engine.disaggregation_grid``, the same ``compare_disaggregation``), so a move answers at once."""
 
-    def __init__(self, document_tokens: int = 16000, num_prefill: int = 2, num_decode: int = 2,
-                 model: str = "Llama-3.1-8B", gpu: str = "H100-80GB") -> None:
-        self.model, self.gpu = model, gpu
-        self.document = w.IntSlider(document_tokens, 1000, 32000, 1000, description="document prompt (tokens)",
-                                    readout_format=",d", **_WIDE)
-        self.prefill = w.IntSlider(num_prefill, 1, 4, 1, description="prefill GPUs", **_WIDE)
-        self.decode = w.IntSlider(num_decode, 1, 4, 1, description="decode GPUs", **_WIDE)
+    def __init__(self, document_tokens: int = 16000, num_prefill: int = 2, num_decode: int = 2) -> None:
+        disaggregation_grid.lookup(document_tokens, num_prefill, num_decode, True)  # refuses a setting off the grid, naming the grid's
+        self.document = w.SelectionSlider(options=[(f"{d:,}", d) for d in DOCUMENT_TOKENS], value=document_tokens,
+                                          description="document prompt (tokens)", **_WIDE)
+        self.prefill = w.IntSlider(num_prefill, POOL_SIZES[0], POOL_SIZES[-1], 1, description="prefill GPUs", **_WIDE)
+        self.decode = w.IntSlider(num_decode, POOL_SIZES[0], POOL_SIZES[-1], 1, description="decode GPUs", **_WIDE)
         self.pipelined = w.Checkbox(True, description="send KV layer by layer", indent=False,
                                     layout=w.Layout(width="auto"))
         self.readout = w.HTML()
@@ -105,6 +99,12 @@ class DisaggregationExplorer(w.VBox):
             control.observe(self._update, names="value")
         super().__init__([self.document, self.prefill, self.decode, self.pipelined, self.readout])
         self._update()
+
+    def arguments(self) -> dict:
+        """The controls as ``compare_disaggregation``'s arguments: rerun the shown setting live with
+        ``compare_disaggregation(**explorer.arguments())``."""
+        return {"document_tokens": self.document.value, "num_prefill": self.prefill.value,
+                "num_decode": self.decode.value, "pipelined": self.pipelined.value}
 
     def settings(self) -> str:
         """The controls' current values, in words."""
@@ -114,18 +114,13 @@ class DisaggregationExplorer(w.VBox):
 
     @one_at_a_time
     def _update(self, change=None) -> None:
-        settings = self.settings()
-        self.readout.value = f"<i>Simulating {settings}…</i>"  # never the old numbers under new settings
-        self.comparison = compare_disaggregation(self.model, self.gpu, document_tokens=self.document.value,
-                                                 workload=list(documents_among_chats(self.document.value)),
-                                                 num_prefill=self.prefill.value, num_decode=self.decode.value,
-                                                 pipelined=self.pipelined.value)
-        worst_before, worst_after = self.comparison.table("chat")["itl_max_ms"]
+        self.summary = disaggregation_grid.lookup(**self.arguments())
+        worst_before, worst_after = self.summary.table(GRID_TAG)["itl_max_ms"]
         self.readout.value = (
-            f"<b>{settings}</b> ({self.model} on {self.gpu}; {self.comparison.wall_s:.1f} s to simulate).<br>"
+            f"<b>{self.settings()}</b> (Llama-3.1-8B on H100-80GB; simulated ahead with the real scheduler).<br>"
             f"<b>Chat users' worst gap between tokens: {format_number(worst_before)} ms colocated, "
-            f"{format_number(worst_after)} ms disaggregated.</b>" + comparison_table(self.comparison, "chat")
-            + f"<p>{finish_text(self.comparison)}</p>")
+            f"{format_number(worst_after)} ms disaggregated.</b>" + comparison_table(self.summary)
+            + f"<p>{finish_text(self.summary)}</p>")
 
 
 def sweep_verdict(points: list[SweepPoint]) -> str:

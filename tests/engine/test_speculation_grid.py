@@ -8,7 +8,8 @@ from dataclasses import asdict
 import pytest
 
 from course_lib.engine.speculation_grid import (ACCEPTANCE_RATES, DRAFT_COUNTS, DRAFTERS, FIELDS, GRID_PATH, QPS_VALUES,
-                                                SWEEP_DEFAULTS, grid_json, grid_keys, grid_speculation, load_grid, lookup)
+                                                SWEEP_DEFAULTS, grid_keys, grid_speculation, load_grid, lookup)
+from course_lib.engine.precomputed_grid import grid_json
 from course_lib.engine.speculation_sweep import speculation_qps_sweep
 from course_lib.perf.serving import expected_tokens_per_step
 
@@ -25,7 +26,7 @@ def test_the_shipped_file_holds_exactly_the_settings_grid():
 
 
 def test_the_file_is_written_one_setting_per_line_and_reads_back():
-    text = grid_json(json.loads(GRID_PATH.read_text()))
+    text = grid_json(json.loads(GRID_PATH.read_text()), "points")
     assert text == GRID_PATH.read_text()
     assert sum(line.startswith('    "') for line in text.splitlines()) == len(grid_keys())
 
