@@ -1,6 +1,10 @@
-"""Plain-text rendering of a bank, for terminals, printouts and non-interactive runs."""
+"""Plain-text rendering of a bank, for terminals, printouts and non-interactive runs, and the one
+piece of markup a bank's text may hold: `code` spans (INLINE_CODE), shown as code by the quiz widget
+and the website alike."""
 
 from __future__ import annotations
+
+import re
 
 from course_lib.quiz.bank import QuizBank
 from course_lib.quiz.questions import (
@@ -10,6 +14,9 @@ from course_lib.quiz.questions import (
     SingleChoice,
     SpotTheBug,
 )
+
+# A `code` span in a bank's text: one backtick on each side, on one line; any other backtick is text.
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
 
 
 def render_text(bank: QuizBank, show_answers: bool = False, learner: str | None = None) -> str:

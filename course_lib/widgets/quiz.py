@@ -36,7 +36,7 @@ from course_lib.quiz.questions import (
     SpotTheBug,
 )
 from course_lib.quiz.scorecard import REVEAL_AFTER, Scorecard
-from course_lib.quiz.text import render_text
+from course_lib.quiz.text import INLINE_CODE, render_text
 
 UNCHOSEN = "(choose)"
 RULES = (f"Only your first answer to each question counts (the first-try score). Try again as often "
@@ -65,18 +65,17 @@ _STYLE = w.HTML(
 # As wide as its content, at most the card's width less the control's own margins (ipywidgets
 # gives checkboxes and drop-downs a margin each side; 100% plus that overflows the card).
 _FIT_WIDTH = dict(width="max-content", max_width="calc(100% - 2 * var(--jp-widgets-margin))")
-_INLINE_CODE = re.compile(r"`([^`\n]+)`")
 
 
 def as_html(text: str) -> str:
     """``text`` escaped for HTML, with `code` spans as <code>. Safe for any text: escaping runs
     first, and it leaves backticks alone, so only the <code> tags added here are markup."""
-    return _INLINE_CODE.sub(r"<code>\1</code>", html.escape(text))
+    return INLINE_CODE.sub(r"<code>\1</code>", html.escape(text))
 
 
 def as_plain(text: str) -> str:
     """``text`` for controls that show plain text: `code` spans lose their backticks."""
-    return _INLINE_CODE.sub(r"\1", text)
+    return INLINE_CODE.sub(r"\1", text)
 
 
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
