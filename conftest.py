@@ -8,6 +8,7 @@
 * Every test closes the matplotlib figures it drew.
 * Each lesson nbval runs whole gets two more checks, its Run All time and its widgets' answer
   times, and the run ends with a table of both (``tests/lesson_time_checks.py``).
+* The website's checks (``tests/website``) run only when asked (see ``collect_ignore``).
 """
 
 import os
@@ -22,6 +23,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # test files in it anyway (rootdir-relative imports), the plugin below needs it earlier.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 pytest_plugins = ["lesson_time_checks"]
+
+# tests/website checks the website, which is built from the lessons' runs once the suite is over:
+# ./course test runs it second, with COURSE_SITE_CHECKS=1; a plain pytest run leaves it out.
+collect_ignore = [] if os.environ.get("COURSE_SITE_CHECKS") else ["tests/website"]
 
 
 def _has_cuda() -> bool:

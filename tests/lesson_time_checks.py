@@ -3,6 +3,8 @@ of Run All times printed at the end of the run (loaded by the root ``conftest.py
 
 * ``notebooks/NN.ipynb::Run All time`` (``RunAllTime``): the lesson runs in under a minute.
 * ``notebooks/NN.ipynb::widget controls`` (``WidgetControls``): each control answers in under 1 s.
+  Before it moves a control, it writes the lesson as run, with every widget as it first showed,
+  to ``build/executed/`` for the website (``course_lib.book.executed``).
 
 Both are added only when every code cell of the lesson runs (a whole-lesson run: the suite,
 ``./course test``, or ``pytest notebooks/NN.ipynb``), after ``-k`` and ``-m`` have selected.
@@ -23,6 +25,7 @@ import psutil
 import pytest
 from nbval.plugin import IPyNbCell, IPyNbFile
 
+from course_lib.book.executed import write_executed
 from process_times import CORES, ProcessTreeMeter, Usage, schedstat_available
 from widget_probe import WIDGET_VIEW
 
@@ -54,6 +57,7 @@ class CellRun:
     usage: Usage
     measured: bool  # False: the kernel could not be measured, usage is the wall time alone
     failed: bool  # the cell raised or its outputs differed
+    outputs: list[dict] | None  # what the kernel sent back, as nbval received it (None: nothing)
 
 
 @dataclass
@@ -166,6 +170,9 @@ class WidgetControls(_LessonCheck):
             kernel.interrupt()
             raise CheckFailed(f"Driving {self.path.name}'s widgets took over {PROBE_TIMEOUT_S:.0f} s.") from None
         events = result["events"]
+        if len(self.runs.cells) == sum(cell.cell_type == "code" for cell in self.parent.nb.cells):
+            write_executed(self.path, [run.outputs for run in sorted(self.runs.cells, key=lambda run: run.cell)],
+                           result["snapshots"])
         self.user_properties.append(("widget_answers", {
             "lesson": self.path.stem, "actions": len(events),
             "probe_s": time.perf_counter() - started,
@@ -262,7 +269,7 @@ class LessonTimeChecks:
                      for output in getattr(item, "test_outputs", None) or []]
             self.runs.setdefault(item.parent.nodeid, LessonRuns()).cells.append(
                 CellRun(item.cell_num, item.cell.source, [view for view in views if view], usage, meter is not None,
-                        failed))
+                        failed, getattr(item, "test_outputs", None)))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":

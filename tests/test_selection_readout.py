@@ -63,6 +63,7 @@ def _widgets():
     from course_lib.widgets.memory_plan import MemoryPlanExplorer
     from course_lib.widgets.quant_schemes import QuantSchemes
     from course_lib.widgets.reload_or_recompute import ReloadOrRecomputeExplorer
+    from course_lib.widgets.serving_simulations import DisaggregationExplorer
 
     sweep = [{"bucket_cap_mb": 25.0, "num_buckets": 1, "median_step_s": 0.018, "timeline": _timeline()}]
     workload = document_among_chats(num_chat_users=2, document_tokens=2000, document_at=0.2, follow_up_rate_per_s=1,
@@ -79,6 +80,7 @@ def _widgets():
         "memory_plan": MemoryPlanExplorer,
         "quant_schemes": QuantSchemes,
         "reload_or_recompute": ReloadOrRecomputeExplorer,
+        "serving_simulations": lambda: DisaggregationExplorer(document_tokens=8000),
     }
 
 

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator
 import ipywidgets as w
 from ipywidgets.widgets import widget as widget_module
 
+from course_lib.widgets.static_view import WIDGET_VIEW, static_html
 from process_times import HandlerClock
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SPREAD = 3  # options tried per drop-down or choice list: the first, a middle one and the last
 THREAD_WAIT_S = 10.0  # how long an answer handed to a thread is waited for
 
@@ -283,9 +283,12 @@ def widget_factory_calls(sources: list[str]) -> list[list]:
 def probe_lesson(cells: list[dict], budget_s: float) -> dict:
     """Drive the widgets the lesson displayed. ``cells``: in order, each code cell's ``cell``
     number, ``source``, displayed ``model_ids`` and whether it ``failed``. Returns the timed
-    ``events`` and the cells that call a widget factory but displayed no widget."""
-    result = {"events": [], "undisplayed": []}
+    ``events``, the cells that call a widget factory but displayed no widget, and each displayed
+    widget's ``static_view.static_html`` taken before the first move (``snapshots``, by model id)."""
     instances, seen = _instances(), set()
+    shown = dict.fromkeys(model for cell in cells for model in cell["model_ids"] if model in instances)
+    # before any control moves: what the website shows of each widget (course_lib.book)
+    result = {"events": [], "undisplayed": [], "snapshots": {model: static_html(instances[model]) for model in shown}}
     for cell, factories in zip(cells, widget_factory_calls([cell["source"] for cell in cells])):
         names = [factory.__name__ for factory in factories]
         models = [model for model in dict.fromkeys(cell["model_ids"]) if model in instances and model not in seen]

@@ -1,7 +1,7 @@
 """A module's exercise as a read-only page of the website: its tasks to read, nothing run.
 
-``exercise_notebook("04_roofline")`` is ``exercises/04_roofline_exercise.ipynb`` behind a first
-Markdown cell that says where to do and grade it (``./course lab``, ``./course grade``) and that its
+``exercise_notebook("04_roofline")`` is ``exercises/04_roofline_exercise.ipynb`` with a Markdown
+cell under its title cell that says where to do and grade it (``./course lab``, ``./course grade``) and that its
 solution is not on the site. The exercise is built from its solution with the solution's code taken
 out (``grading/exercise.py``); the page is made from the exercise alone, so it shows nothing more.
 
@@ -21,7 +21,7 @@ NOTE_ID = "read-only-note"  # a fixed cell id, so that two builds write the same
 
 
 def read_only_note(file_name: str) -> str:
-    """The first cell's Markdown for the exercise ``exercises/<file_name>``."""
+    """The note's Markdown for the exercise ``exercises/<file_name>`` (the cell after the title)."""
     return (
         "```{note}\n"
         "This page is the exercise to read. Do it in JupyterLab: run `./course lab` and open "
@@ -39,7 +39,7 @@ def read_only_copy(exercise: nbformat.NotebookNode, file_name: str) -> nbformat.
         cell.metadata = nbformat.from_dict({"tags": tags} if tags else {})
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    page.cells.insert(0, nbformat.v4.new_markdown_cell(read_only_note(file_name), id=NOTE_ID))
+    page.cells.insert(1, nbformat.v4.new_markdown_cell(read_only_note(file_name), id=NOTE_ID))  # under the title
     page.metadata["mystnb"] = {"execution_mode": "off"}
     nbformat.validate(page)
     return page

@@ -25,6 +25,7 @@ from course_lib.perf.units import format_number, format_speedup, plural
 from course_lib.widgets.figure_pane import one_at_a_time
 from course_lib.widgets.plotly_marks import mark_x
 from course_lib.widgets.plotly_pane import PlotlyPane
+from course_lib.widgets.selection_readout import with_readout
 
 _WIDE = dict(continuous_update=False, style={"description_width": "14em"}, layout=w.Layout(width="500px"))
 
@@ -97,7 +98,7 @@ class DisaggregationExplorer(w.VBox):
         self.readout = w.HTML()
         for control in (self.document, self.prefill, self.decode, self.pipelined):
             control.observe(self._update, names="value")
-        super().__init__([self.document, self.prefill, self.decode, self.pipelined, self.readout])
+        super().__init__([with_readout(self.document), self.prefill, self.decode, self.pipelined, self.readout])
         self._update()
 
     def arguments(self) -> dict:

@@ -216,11 +216,13 @@ def test_myst_special_characters_in_a_bank_show_as_written():
 
 
 @pytest.mark.parametrize("module_id", exercise_modules())
-def test_an_exercise_page_keeps_every_cell_and_tag_and_adds_the_note_first(module_id):
+def test_an_exercise_page_keeps_every_cell_and_tag_and_adds_the_note_under_its_title(module_id):
     exercise = nbformat.read(course_exercise(module_id), as_version=4)
     page = exercise_notebook(module_id)
     nbformat.validate(page)
-    note, *cells = page.cells
+    title, note, *rest = page.cells
+    assert title.source.startswith("# Exercise ")
+    cells = [title, *rest]
     assert [(c.cell_type, c.source) for c in cells] == [(c.cell_type, c.source) for c in exercise.cells]
     assert [c.metadata.get("tags") for c in cells] == [c.metadata.get("tags") for c in exercise.cells]
     assert note.cell_type == "markdown"

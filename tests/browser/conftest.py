@@ -42,14 +42,18 @@ def missing_requirement() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _browser_requirements():
-    """Skip on a learner's machine without a browser; fail under CI, which must run these tests."""
+def require_browser() -> None:
+    """Skip on a learner's machine without a browser; fail under CI, which must run the browser checks."""
     missing = missing_requirement()
     if missing and IN_CI:
-        pytest.fail(f"CI=true but the browser tests cannot run: {missing}", pytrace=False)
+        pytest.fail(f"CI=true but the browser checks cannot run: {missing}", pytrace=False)
     if missing:
         pytest.skip(missing)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _browser_requirements():
+    require_browser()
 
 
 def api(base: str, path: str, method: str = "GET"):
