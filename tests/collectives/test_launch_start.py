@@ -16,16 +16,19 @@ from course_lib.collectives.launch_benchmark import launch_many
 from course_lib.collectives.rank_pool import RankPool
 
 LAUNCH_LOG = "course_lib.collectives.launch"
+STALL_LINE_S = 3.5  # a launch that waited longer stalled: the stall this test hunts sleeps 5 s
 
 
 def test_eight_rank_launches_neither_fail_nor_stall():
     # With a TCPStore, 30 of 180 8-rank launches stalled by 5 s here (a reverse DNS lookup timing
     # out) and 4 failed; 20 launches catch a stall at that rate with probability > 95 %.
     # "wait" is wall time beyond the launch's own CPU time spread over the cores, so a busy machine
-    # that slows every rank does not count; a rank sleeping on a timeout does.
+    # that slows every rank does not count; a rank sleeping on a timeout does. A stall sleeps 5 s; the
+    # suite's other worker, busy on one of the 2 cores, stretched a healthy launch's wait to 2.3 s in
+    # one CI run, so the line sits between the two.
     launches = launch_many([8], repeats=20)
     assert [launch.error for launch in launches if launch.error] == []
-    assert max(launch.wait_s for launch in launches) < 2.0, [round(launch.wall_s, 2) for launch in launches]
+    assert max(launch.wait_s for launch in launches) < STALL_LINE_S, [round(launch.wall_s, 2) for launch in launches]
 
 
 def fail_once_while_joining(monkeypatch, marker_dir, failing_rank: int, error: Exception) -> str:
